@@ -1,0 +1,66 @@
+//! Exceptions raised by the extension. All of them are Ruby's own classes,
+//! looked up once, so `rescue` clauses written for stock Ruby still match.
+
+use magnus::value::{Lazy, ReprValue};
+use magnus::{prelude::*, Error, ExceptionClass, RClass, Ruby, Value};
+
+/// `::ClosedQueueError` (a StopIteration), which stock's Queue raises.
+static CLOSED_QUEUE_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| {
+    let class: RClass = ruby
+        .class_object()
+        .const_get("ClosedQueueError")
+        .expect("ClosedQueueError is defined by Ruby");
+    ExceptionClass::from_value(class.as_value()).expect("ClosedQueueError is an exception class")
+});
+
+fn ruby() -> Ruby {
+    // SAFETY-free: every caller runs on a Ruby thread holding the GVL.
+    Ruby::get().expect("called from a Ruby thread")
+}
+
+pub fn closed_queue() -> Error {
+    let ruby = ruby();
+    Error::new(ruby.get_inner(&CLOSED_QUEUE_ERROR), "queue closed")
+}
+
+pub fn thread_error(msg: &'static str) -> Error {
+    Error::new(ruby().exception_thread_error(), msg)
+}
+
+pub fn arg_error(msg: &'static str) -> Error {
+    Error::new(ruby().exception_arg_error(), msg)
+}
+
+pub fn type_error(msg: String) -> Error {
+    Error::new(ruby().exception_type_error(), msg)
+}
+
+fn inspect(obj: Value) -> String {
+    obj.inspect()
+}
+
+/// `"%+"PRIsVALUE" not initialized"`: a method called on an `allocate`d
+/// object whose `initialize` never ran.
+pub fn not_initialized(obj: Value) -> Error {
+    type_error(format!("{} not initialized", inspect(obj)))
+}
+
+/// Ruby 3.3+'s `Queue#freeze`: "cannot freeze #<...>".
+pub fn cannot_freeze(obj: Value) -> Error {
+    type_error(format!("cannot freeze {}", inspect(obj)))
+}
+
+/// `undumpable` in thread_sync.c: "can't dump Klass".
+pub fn cannot_dump(obj: Value) -> Error {
+    type_error(format!("can't dump {}", obj.class()))
+}
+
+/// The receiver is not one of our objects (only reachable through
+/// `bind_call` tricks); the same text as `rb_check_typeddata`.
+pub fn wrong_receiver(obj: Value, expected: &str) -> Error {
+    type_error(format!(
+        "wrong argument type {} (expected {})",
+        obj.class(),
+        expected
+    ))
+}

@@ -1,0 +1,42 @@
+//! Native core of the rapid_thread gem. One module per Ruby class, the
+//! shared waiting/wake-up machinery in `wait`, and every `unsafe` block in
+//! `sys`.
+
+mod errors;
+mod queue;
+mod sys;
+mod wait;
+
+use std::sync::atomic::Ordering;
+
+use magnus::{function, prelude::*, Error, Ruby};
+
+fn spin_us() -> u32 {
+    sys::SPIN_US.load(Ordering::Relaxed)
+}
+
+fn set_spin_us(us: u32) -> u32 {
+    sys::SPIN_US.store(us, Ordering::Relaxed);
+    us
+}
+
+fn gvl_spin_us() -> u32 {
+    sys::GVL_SPIN_US.load(Ordering::Relaxed)
+}
+
+fn set_gvl_spin_us(us: u32) -> u32 {
+    sys::GVL_SPIN_US.store(us, Ordering::Relaxed);
+    us
+}
+
+#[magnus::init]
+fn init(ruby: &Ruby) -> Result<(), Error> {
+    sys::install_fork_hook();
+    let module = ruby.define_module("RapidThread")?;
+    module.define_singleton_method("spin_us", function!(spin_us, 0))?;
+    module.define_singleton_method("spin_us=", function!(set_spin_us, 1))?;
+    module.define_singleton_method("gvl_spin_us", function!(gvl_spin_us, 0))?;
+    module.define_singleton_method("gvl_spin_us=", function!(set_gvl_spin_us, 1))?;
+    queue::init(ruby, module)?;
+    Ok(())
+}

@@ -1,0 +1,392 @@
+//! `RapidThread::Queue`: a drop-in for Ruby 3.1's `Thread::Queue`
+//! (thread_sync.c), plus Ruby 3.2's `pop(timeout:)`.
+//!
+//! The same Rust struct backs `RapidThread::SizedQueue` (a Ruby subclass);
+//! `max == 0` means unbounded.
+
+use std::collections::VecDeque;
+use std::os::raw::c_int;
+use std::time::{Duration, Instant};
+
+use magnus::gc::{Compactor, Marker};
+use magnus::scan_args::{get_kwargs, scan_args};
+use magnus::{
+    method, prelude::*, DataTypeFunctions, Error, RClass, RHash, RModule, Ruby, TypedData, Value,
+};
+use rb_sys::VALUE;
+
+use crate::errors;
+use crate::sys::{self, GvlCell, WaitList};
+use crate::wait::{self, park};
+
+#[derive(Default)]
+pub struct State {
+    pub items: VecDeque<VALUE>,
+    pub initialized: bool,
+    pub closed: bool,
+    /// Capacity for SizedQueue; 0 for an unbounded Queue.
+    pub max: usize,
+    pub poppers: WaitList,
+    pub pushers: WaitList,
+    fork_gen: u64,
+}
+
+impl State {
+    /// Forgets waiters inherited across fork (queue_fork_check): the
+    /// parent's threads and their stacks do not exist in the child.
+    #[inline(always)]
+    pub fn fresh(&mut self) -> &mut State {
+        let gen = sys::fork_generation();
+        if self.fork_gen != gen {
+            self.fork_gen = gen;
+            self.poppers.forget_all();
+            self.pushers.forget_all();
+        }
+        self
+    }
+
+    pub fn num_waiting(&mut self) -> usize {
+        let s = self.fresh();
+        s.poppers.waiting() + s.pushers.waiting()
+    }
+}
+
+pub fn poppers(s: &mut State) -> &mut WaitList {
+    &mut s.poppers
+}
+
+pub fn pushers(s: &mut State) -> &mut WaitList {
+    &mut s.pushers
+}
+
+#[derive(Default, TypedData)]
+#[magnus(
+    class = "RapidThread::Queue",
+    free_immediately,
+    size,
+    mark,
+    compact,
+    wb_protected
+)]
+pub struct Queue {
+    pub state: GvlCell<State>,
+}
+
+impl DataTypeFunctions for Queue {
+    fn mark(&self, _: &Marker) {
+        self.state
+            .with(|s| s.items.iter().for_each(|v| sys::mark_movable(*v)));
+    }
+
+    fn compact(&self, _: &Compactor) {
+        self.state
+            .with(|s| s.items.iter_mut().for_each(|v| *v = sys::gc_location(*v)));
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.state.with(|s| s.items.capacity()) * std::mem::size_of::<VALUE>()
+    }
+}
+
+/// Outcome of a non-blocking attempt, decided under the GVL without
+/// calling Ruby; errors are built afterwards.
+pub enum Take {
+    Item(VALUE, bool),
+    Empty,
+    NotInitialized,
+}
+
+impl Queue {
+    /// The receiver, checked by hand (see sys::typed_ref).
+    #[inline(always)]
+    pub fn get(rb_self: &Value) -> Result<&Queue, Error> {
+        match sys::typed_ref::<Queue>(rb_self) {
+            Some(q) => Ok(q),
+            None => Err(errors::wrong_receiver(*rb_self, "RapidThread::Queue")),
+        }
+    }
+
+    /// Shifts the first item; the flag says a blocked pusher should be
+    /// woken (SizedQueue only).
+    #[inline(always)]
+    pub fn try_shift(&self) -> Take {
+        self.state.with(|s| {
+            let s = s.fresh();
+            if !s.initialized {
+                return Take::NotInitialized;
+            }
+            match s.items.pop_front() {
+                Some(v) => Take::Item(v, s.max != 0 && !s.pushers.is_empty()),
+                None => Take::Empty,
+            }
+        })
+    }
+
+    /// Blocking or non-blocking pop with an optional timeout, following
+    /// `queue_do_pop` in Ruby 3.2. The first attempt is inlined; waiting
+    /// lives in `pop_wait`.
+    #[inline(always)]
+    pub fn pop_impl(
+        &self,
+        rb_self: Value,
+        should_block: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Value, Error> {
+        match self.try_shift() {
+            Take::Item(v, wake_pusher) => self.took(rb_self, v, wake_pusher),
+            Take::NotInitialized => Err(errors::not_initialized(rb_self)),
+            Take::Empty if !should_block => Err(errors::thread_error("queue empty")),
+            Take::Empty if timeout == Some(Duration::ZERO) => Ok(sys::value(sys::QNIL)),
+            Take::Empty => self.pop_wait(rb_self, wait::deadline_after(timeout)),
+        }
+    }
+
+    #[inline(always)]
+    fn took(&self, rb_self: Value, v: VALUE, wake_pusher: bool) -> Result<Value, Error> {
+        if wake_pusher {
+            wait::wake_one(&self.state, pushers, sys::raw(rb_self))?;
+        }
+        Ok(sys::value(v))
+    }
+
+    #[inline(never)]
+    fn pop_wait(&self, rb_self: Value, deadline: Option<Instant>) -> Result<Value, Error> {
+        let me = sys::raw(rb_self);
+        loop {
+            if self.state.with(|s| s.closed) {
+                return Ok(sys::value(sys::QNIL));
+            }
+            let parked = park(&self.state, poppers, me, deadline);
+            if let Err(e) = parked.result {
+                // We were chosen for an item but are leaving with an
+                // exception: hand the wake-up to the next popper.
+                if parked.signaled && !self.state.with(|s| s.items.is_empty()) {
+                    wait::wake_one(&self.state, poppers, me)?;
+                }
+                return Err(e);
+            }
+            match self.try_shift() {
+                Take::Item(v, wake_pusher) => return self.took(rb_self, v, wake_pusher),
+                Take::NotInitialized => return Err(errors::not_initialized(rb_self)),
+                Take::Empty => {}
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(sys::value(sys::QNIL));
+            }
+        }
+    }
+
+    /// Appends `v`, waking one blocked popper.
+    #[inline(always)]
+    pub fn push_item(&self, rb_self: Value, v: VALUE) -> Result<Value, Error> {
+        let me = sys::raw(rb_self);
+        let r = self.state.with(|s| {
+            let s = s.fresh();
+            if s.closed {
+                return Err(true);
+            }
+            if !s.initialized {
+                return Err(false);
+            }
+            s.items.push_back(v);
+            Ok(!s.poppers.is_empty())
+        });
+        match r {
+            Ok(wake) => {
+                sys::write_barrier(me, v);
+                if wake {
+                    wait::wake_one(&self.state, poppers, me)?;
+                }
+                Ok(rb_self)
+            }
+            Err(true) => Err(errors::closed_queue()),
+            Err(false) => Err(errors::not_initialized(rb_self)),
+        }
+    }
+
+    fn with_initialized<R>(
+        &self,
+        rb_self: Value,
+        f: impl FnOnce(&mut State) -> R,
+    ) -> Result<R, Error> {
+        self.state
+            .with(|s| {
+                let s = s.fresh();
+                s.initialized.then(|| f(s))
+            })
+            .ok_or_else(|| errors::not_initialized(rb_self))
+    }
+}
+
+/// Parses `(non_block = false, timeout: nil)` as Ruby 3.2 does.
+pub fn pop_args(args: &[Value]) -> Result<(bool, Option<Duration>), Error> {
+    let args = scan_args::<(), (Option<Value>,), (), (), RHash, ()>(args)?;
+    let non_block = args.optional.0.is_some_and(|v| v.to_bool());
+    let kw = get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &["timeout"])?;
+    let timeout = kw.optional.0.filter(|v| !v.is_nil());
+    if non_block && timeout.is_some() {
+        return Err(errors::arg_error(
+            "can't set a timeout if non_block is enabled",
+        ));
+    }
+    Ok((
+        non_block,
+        timeout.map(wait::timeout_duration).transpose()?.flatten(),
+    ))
+}
+
+// --- Ruby methods ---------------------------------------------------------
+
+fn initialize(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    let args = scan_args::<(), (Option<Value>,), (), (), (), ()>(args)?;
+    let mut initial = Vec::new();
+    if let Some(enumerable) = args.optional.0 {
+        sys::array_values(sys::to_array(enumerable)?, &mut initial);
+    }
+    let me = sys::raw(rb_self);
+    initial.iter().for_each(|v| sys::write_barrier(me, *v));
+    q.state.with(|s| {
+        let s = s.fresh();
+        s.items.clear();
+        s.items.extend(initial);
+        s.initialized = true;
+    });
+    Ok(rb_self)
+}
+
+fn push(rb_self: Value, obj: Value) -> Result<Value, Error> {
+    Queue::get(&rb_self)?.push_item(rb_self, sys::raw(obj))
+}
+
+fn pop(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    if args.is_empty() {
+        return q.pop_impl(rb_self, true, None);
+    }
+    let (non_block, timeout) = pop_args(args)?;
+    q.pop_impl(rb_self, !non_block, timeout)
+}
+
+/// Hot path of `push`: a plain append with nobody to wake. Everything else
+/// (errors, waking a popper) goes through the full magnus-wrapped `push`.
+/// Skipping `fresh()` is fine: it only matters once a wait list is
+/// non-empty, and then the slow path runs.
+extern "C" fn push_fast(rb_self: Value, obj: Value) -> Value {
+    let done = std::panic::catch_unwind(|| {
+        let q = sys::typed_ref::<Queue>(&rb_self)?;
+        let v = sys::raw(obj);
+        q.state.with(|s| {
+            let plain = s.initialized && !s.closed && s.max == 0 && s.poppers.is_empty();
+            if plain {
+                s.items.push_back(v);
+            }
+            plain.then_some(())
+        })?;
+        sys::write_barrier(sys::raw(rb_self), v);
+        Some(())
+    });
+    match done {
+        Ok(Some(())) => rb_self,
+        _ => sys::call_method1(method!(push, 1), rb_self, obj),
+    }
+}
+
+/// Hot path of `pop` / `shift` / `deq` with no arguments and an item ready
+/// and no blocked pusher to wake; everything else takes the full `pop`.
+extern "C" fn pop_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
+    let item = std::panic::catch_unwind(|| {
+        if argc != 0 {
+            return None;
+        }
+        let q = sys::typed_ref::<Queue>(&rb_self)?;
+        q.state.with(|s| {
+            if s.initialized && (s.max == 0 || s.pushers.is_empty()) {
+                s.items.pop_front()
+            } else {
+                None
+            }
+        })
+    });
+    match item {
+        Ok(Some(v)) => sys::value(v),
+        _ => sys::call_method_v(method!(pop, -1), argc, argv, rb_self),
+    }
+}
+
+fn close(rb_self: Value) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    let newly = q
+        .state
+        .with(|s| !std::mem::replace(&mut s.fresh().closed, true));
+    if newly {
+        let me = sys::raw(rb_self);
+        wait::wake_all(&q.state, poppers, me)?;
+        wait::wake_all(&q.state, pushers, me)?;
+    }
+    Ok(rb_self)
+}
+
+fn is_closed(rb_self: Value) -> Result<bool, Error> {
+    Ok(Queue::get(&rb_self)?.state.with(|s| s.closed))
+}
+
+fn is_empty(rb_self: Value) -> Result<bool, Error> {
+    Queue::get(&rb_self)?.with_initialized(rb_self, |s| s.items.is_empty())
+}
+
+fn clear(rb_self: Value) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    let wake_pushers = q.with_initialized(rb_self, |s| {
+        s.items.clear();
+        s.max != 0 && !s.pushers.is_empty()
+    })?;
+    if wake_pushers {
+        wait::wake_all(&q.state, pushers, sys::raw(rb_self))?;
+    }
+    Ok(rb_self)
+}
+
+fn length(rb_self: Value) -> Result<usize, Error> {
+    Queue::get(&rb_self)?.with_initialized(rb_self, |s| s.items.len())
+}
+
+fn num_waiting(rb_self: Value) -> Result<usize, Error> {
+    Ok(Queue::get(&rb_self)?.state.with(|s| s.num_waiting()))
+}
+
+fn freeze(rb_self: Value) -> Result<Value, Error> {
+    Err(errors::cannot_freeze(rb_self))
+}
+
+fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
+    Err(errors::cannot_dump(rb_self))
+}
+
+pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
+    let class = module.define_class("Queue", ruby.class_object())?;
+    class.define_alloc_func::<Queue>();
+    class.define_method("initialize", method!(initialize, -1))?;
+    sys::undef_method(class.as_value(), c"initialize_copy");
+    class.define_method("marshal_dump", method!(marshal_dump, 0))?;
+    class.define_method("freeze", method!(freeze, 0))?;
+    class.define_method("close", method!(close, 0))?;
+    class.define_method("closed?", method!(is_closed, 0))?;
+    class.define_method("push", push_fast as sys::RawMethod1)?;
+    class.define_method("pop", pop_fast as sys::RawMethodV)?;
+    class.define_method("empty?", method!(is_empty, 0))?;
+    class.define_method("clear", method!(clear, 0))?;
+    class.define_method("length", method!(length, 0))?;
+    class.define_method("num_waiting", method!(num_waiting, 0))?;
+    for (alias, name) in [
+        ("enq", "push"),
+        ("<<", "push"),
+        ("deq", "pop"),
+        ("shift", "pop"),
+        ("size", "length"),
+    ] {
+        class.define_alias(alias, name)?;
+    }
+    Ok(class)
+}

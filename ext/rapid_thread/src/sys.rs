@@ -1,0 +1,566 @@
+//! Every `unsafe` block of the extension lives in this module.
+//!
+//! The rest of the crate is safe Rust built on the small, documented
+//! primitives below:
+//!
+//! * [`GvlCell`]: interior mutability for state that is only ever touched
+//!   while holding the GVL;
+//! * [`typed_ref`]: the hand-rolled receiver check used on hot paths
+//!   (magnus' `&Self` conversion wraps `rb_check_typeddata` in `rb_protect`
+//!   and costs ~15 ns per call, see docs/design.md);
+//! * [`WaitList`] / [`Waiter`]: an intrusive, doubly linked list of waiters
+//!   that live on the waiting thread's stack, as in `thread_sync.c`;
+//! * thin wrappers over the CRuby thread API (sleep, wake-up, releasing the
+//!   GVL, fiber scheduler hooks), each wrapped in `rb_protect` when it can
+//!   raise so that no Ruby `longjmp` crosses a Rust frame that owns data.
+
+use std::cell::{Cell, UnsafeCell};
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
+
+use magnus::rb_sys::{protect, AsRawValue, FromRawValue};
+use magnus::{Error, TypedData, Value};
+use rb_sys::{ruby_value_type, VALUE};
+
+// ---------------------------------------------------------------------------
+// GvlCell
+// ---------------------------------------------------------------------------
+
+/// A cell whose contents are only accessed by the thread holding the GVL.
+///
+/// Ruby runs at most one thread of a ractor at a time, and every method of
+/// our classes (and the GC's mark/compact callbacks) run with the GVL held,
+/// so accesses are serialised by the GVL itself and need no lock.
+pub struct GvlCell<T>(UnsafeCell<T>);
+
+// SAFETY: all access goes through `with`, whose callers hold the GVL (they
+// are Ruby methods or GC callbacks), so there is never concurrent access.
+// Our classes are not Ractor-shareable, so one GVL covers every access.
+unsafe impl<T> Sync for GvlCell<T> {}
+unsafe impl<T> Send for GvlCell<T> {}
+
+impl<T: Default> Default for GvlCell<T> {
+    fn default() -> Self {
+        GvlCell(UnsafeCell::new(T::default()))
+    }
+}
+
+impl<T> GvlCell<T> {
+    /// Runs `f` with exclusive access to the contents.
+    ///
+    /// The caller must hold the GVL, and `f` must not call back into Ruby
+    /// (no allocation, no method calls): Ruby could otherwise run the GC
+    /// (which reads the cell from `mark`) or switch threads in the middle.
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        // SAFETY: see the type-level comment; `f` cannot re-enter Ruby, so
+        // no other reference to the contents exists while it runs.
+        unsafe { f(&mut *self.0.get()) }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Values
+// ---------------------------------------------------------------------------
+
+#[inline(always)]
+pub fn raw(v: Value) -> VALUE {
+    v.as_raw()
+}
+
+#[inline(always)]
+pub fn value(v: VALUE) -> Value {
+    // SAFETY: callers only pass VALUEs that Ruby handed us and that are kept
+    // alive (marked, on the stack, or held by Ruby).
+    unsafe { Value::from_raw(v) }
+}
+
+#[inline(always)]
+pub fn special_const(v: VALUE) -> bool {
+    rb_sys::SPECIAL_CONST_P(v)
+}
+
+pub const QNIL: VALUE = rb_sys::special_consts::Qnil as VALUE;
+
+/// Returns the Rust struct wrapped by `v` when `v` is an RTypedData object of
+/// type `T`, without magnus' `rb_protect`-wrapped `rb_check_typeddata`.
+///
+/// The check is the same as Ruby's `rb_typeddata_is_kind_of` for types
+/// without a parent: not a special constant, T_DATA, typed, and the type
+/// pointer is `T`'s static `rb_data_type_t`.
+#[inline(always)]
+pub fn typed_ref<T: TypedData>(v: &Value) -> Option<&T> {
+    let obj = v.as_raw();
+    if special_const(obj) {
+        return None;
+    }
+    // SAFETY: `obj` is a heap object (not a special constant) that Ruby
+    // passed to us, so its RBasic header can be read; RTYPEDDATA_TYPE and
+    // the data pointer are only read after T_DATA and the typed flag have
+    // been checked. magnus stores a `Box<T>` as the data pointer, and the
+    // object (the method receiver) outlives the borrow.
+    unsafe {
+        if rb_sys::RB_BUILTIN_TYPE(obj) != ruby_value_type::RUBY_T_DATA
+            || !rb_sys::RTYPEDDATA_P(obj)
+        {
+            return None;
+        }
+        let ty = rb_sys::RTYPEDDATA_TYPE(obj);
+        if ty != (T::data_type() as *const magnus::DataType).cast() {
+            return None;
+        }
+        let data = rb_sys::RTYPEDDATA_GET_DATA(obj) as *const T;
+        data.as_ref()
+    }
+}
+
+/// The write barrier for storing `child` into the object `parent`.
+#[inline(always)]
+pub fn write_barrier(parent: VALUE, child: VALUE) {
+    if !special_const(child) {
+        // SAFETY: both are live VALUEs and we hold the GVL.
+        unsafe { rb_sys::rb_gc_writebarrier(parent, child) }
+    }
+}
+
+/// Marks `v` for the GC, allowing compaction to move it.
+#[inline(always)]
+pub fn mark_movable(v: VALUE) {
+    // SAFETY: called from a dmark callback with a VALUE we hold.
+    unsafe { rb_sys::rb_gc_mark_movable(v) }
+}
+
+/// The new address of `v` after compaction.
+#[inline(always)]
+pub fn gc_location(v: VALUE) -> VALUE {
+    // SAFETY: called from a dcompact callback with a VALUE we marked.
+    unsafe { rb_sys::rb_gc_location(v) }
+}
+
+/// `rb_convert_type(v, T_ARRAY, "Array", "to_a")`, exactly what stock's
+/// `rb_to_array` does in `Queue#initialize`, so errors match.
+pub fn to_array(v: Value) -> Result<Value, Error> {
+    let obj = v.as_raw();
+    // SAFETY: rb_convert_type may raise; `protect` catches the longjmp.
+    let r = protect(|| unsafe {
+        rb_sys::rb_convert_type(
+            obj,
+            ruby_value_type::RUBY_T_ARRAY as _,
+            c"Array".as_ptr(),
+            c"to_a".as_ptr(),
+        )
+    })?;
+    Ok(value(r))
+}
+
+/// Copies the elements of a Ruby Array into `out`.
+pub fn array_values(ary: Value, out: &mut Vec<VALUE>) {
+    let a = ary.as_raw();
+    // SAFETY: `ary` is a T_ARRAY (checked by rb_convert_type); we read its
+    // elements with rb_ary_entry, which neither allocates nor raises.
+    unsafe {
+        let len = rb_sys::RARRAY_LEN(a);
+        out.reserve(len as usize);
+        for i in 0..len {
+            out.push(rb_sys::rb_ary_entry(a, i));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fork generation
+// ---------------------------------------------------------------------------
+
+static FORK_GEN: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn after_fork_child() {
+    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers the child-side `pthread_atfork` handler that bumps the fork
+/// generation. Ruby's `fork` goes through fork(2), so the handler runs in
+/// every child.
+pub fn install_fork_hook() {
+    // SAFETY: registering a plain function with no captured state.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_child));
+    }
+}
+
+#[inline(always)]
+pub fn fork_generation() -> u64 {
+    FORK_GEN.load(Ordering::Relaxed)
+}
+
+// ---------------------------------------------------------------------------
+// Waiters and wait lists
+// ---------------------------------------------------------------------------
+
+/// One blocked thread (or fiber). It lives on the blocked thread's stack,
+/// which Ruby's GC scans conservatively, so the VALUEs in it stay alive and
+/// pinned without marking, exactly as `struct sync_waiter` in thread_sync.c.
+pub struct Waiter {
+    prev: Cell<*const Waiter>,
+    next: Cell<*const Waiter>,
+    linked: Cell<bool>,
+    /// Set (under the GVL) by the waker; read without the GVL by the spinner.
+    signaled: AtomicBool,
+    /// Set by the unblock function (Thread#raise, kill, signals, ...).
+    interrupted: AtomicBool,
+    /// `GVL_RELEASES` at wake time; the spinner waits for it to move.
+    wake_epoch: AtomicU64,
+    /// True once the waiter may be in a Ruby sleep and needs a real wake-up.
+    sleeping: Cell<bool>,
+    pub thread: VALUE,
+    pub fiber: VALUE,
+    /// The fiber scheduler to unblock through, or nil.
+    pub scheduler: VALUE,
+}
+
+impl Waiter {
+    /// A waiter for the current thread and fiber.
+    pub fn current() -> Waiter {
+        // SAFETY: plain queries of the current thread, GVL held.
+        let (thread, scheduler) = unsafe {
+            (
+                rb_sys::rb_thread_current(),
+                rb_sys::rb_fiber_scheduler_current(),
+            )
+        };
+        let fiber = if scheduler == QNIL {
+            QNIL
+        } else {
+            // SAFETY: as above.
+            unsafe { rb_sys::rb_fiber_current() }
+        };
+        Waiter {
+            prev: Cell::new(ptr::null()),
+            next: Cell::new(ptr::null()),
+            linked: Cell::new(false),
+            signaled: AtomicBool::new(false),
+            interrupted: AtomicBool::new(false),
+            wake_epoch: AtomicU64::new(0),
+            sleeping: Cell::new(false),
+            thread,
+            fiber,
+            scheduler,
+        }
+    }
+
+    #[inline]
+    pub fn signaled(&self) -> bool {
+        self.signaled.load(Ordering::Acquire)
+    }
+
+    pub fn set_sleeping(&self) {
+        self.sleeping.set(true);
+    }
+
+    pub fn is_sleeping(&self) -> bool {
+        self.sleeping.get()
+    }
+
+    /// Marks the waiter woken. Called by the waker with the GVL held.
+    pub fn signal(&self) {
+        self.wake_epoch
+            .store(GVL_RELEASES.load(Ordering::Acquire), Ordering::Relaxed);
+        self.signaled.store(true, Ordering::Release);
+    }
+}
+
+/// A FIFO of waiters with O(1) push, pop and removal from the middle.
+pub struct WaitList {
+    head: *const Waiter,
+    tail: *const Waiter,
+    /// Waiters registered and not yet returned (stock's `num_waiting`): a
+    /// woken waiter stays counted until it has left its wait.
+    waiting: usize,
+}
+
+impl Default for WaitList {
+    fn default() -> Self {
+        WaitList {
+            head: ptr::null(),
+            tail: ptr::null(),
+            waiting: 0,
+        }
+    }
+}
+
+impl WaitList {
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.head.is_null()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting
+    }
+
+    /// Appends `w`.
+    ///
+    /// # Safety
+    /// `w` must stay at its address until `leave` has been called for it.
+    pub unsafe fn enter(&mut self, w: &Waiter) {
+        debug_assert!(!w.linked.get());
+        w.prev.set(self.tail);
+        w.next.set(ptr::null());
+        if let Some(t) = self.tail.as_ref() {
+            t.next.set(w);
+        } else {
+            self.head = w;
+        }
+        self.tail = w;
+        w.linked.set(true);
+        self.waiting += 1;
+    }
+
+    fn unlink(&mut self, w: &Waiter) {
+        let (p, n) = (w.prev.get(), w.next.get());
+        // SAFETY: linked waiters are alive (contract of `enter`).
+        unsafe {
+            match p.as_ref() {
+                Some(p) => p.next.set(n),
+                None => self.head = n,
+            }
+            match n.as_ref() {
+                Some(n) => n.prev.set(p),
+                None => self.tail = p,
+            }
+        }
+        w.prev.set(ptr::null());
+        w.next.set(ptr::null());
+        w.linked.set(false);
+    }
+
+    /// Removes and returns the longest waiter. It stays alive until the
+    /// GVL is released: its owner can only leave after re-taking it.
+    pub fn pop_front(&mut self) -> Option<&Waiter> {
+        // SAFETY: see `unlink`.
+        let w = unsafe { self.head.as_ref()? };
+        self.unlink(w);
+        // SAFETY: as above; the lifetime is tied to `&mut self`, i.e. to a
+        // region during which the GVL is held.
+        Some(unsafe { &*(w as *const Waiter) })
+    }
+
+    /// Deregisters `w`: unlinks it if still linked (O(1)) and drops it
+    /// from the waiting count. Called on every exit path of a wait.
+    pub fn leave(&mut self, w: &Waiter) {
+        if w.linked.get() {
+            self.unlink(w);
+        }
+        self.waiting = self.waiting.saturating_sub(1);
+    }
+
+    /// Forgets every waiter (used in a forked child, whose parent threads
+    /// and their stacks no longer exist).
+    pub fn forget_all(&mut self) {
+        *self = WaitList::default();
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Waiting and waking (CRuby thread API)
+// ---------------------------------------------------------------------------
+
+/// Counts GVL releases done by our own waits. A spinner that has been
+/// signaled waits for it to move: the thread that woke it has then given
+/// up the GVL, so taking it does not sleep. See ../shared/notes/handoff.md.
+pub static GVL_RELEASES: AtomicU64 = AtomicU64::new(0);
+
+#[inline]
+pub fn note_gvl_release() {
+    GVL_RELEASES.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Whether the current thread is the only live thread.
+pub fn thread_alone() -> bool {
+    // SAFETY: a plain query, GVL held.
+    unsafe { rb_sys::rb_thread_alone() != 0 }
+}
+
+/// Spin budgets, in microseconds (see `RapidThread.spin_us`).
+pub static SPIN_US: AtomicU32 = AtomicU32::new(50);
+pub static GVL_SPIN_US: AtomicU32 = AtomicU32::new(50);
+
+struct SpinArgs<'a> {
+    w: &'a Waiter,
+    spin: Duration,
+    gvl: Duration,
+}
+
+fn spin_phase(a: &SpinArgs) {
+    note_gvl_release();
+    let w = a.w;
+    let start = std::time::Instant::now();
+    // Phase 1: wait for the signal, yielding the CPU between checks.
+    loop {
+        if w.signaled() {
+            break;
+        }
+        if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin {
+            return;
+        }
+        // SAFETY: a plain system call.
+        unsafe { libc::sched_yield() };
+    }
+    // Phase 2: the waker still holds the GVL; wait until it has released
+    // it through one of our waits, so that re-acquiring it does not sleep.
+    let epoch = w.wake_epoch.load(Ordering::Relaxed);
+    let start = std::time::Instant::now();
+    while GVL_RELEASES.load(Ordering::Acquire) == epoch
+        && !w.interrupted.load(Ordering::Relaxed)
+        && start.elapsed() < a.gvl
+    {
+        // SAFETY: a plain system call.
+        unsafe { libc::sched_yield() };
+    }
+}
+
+unsafe extern "C" fn spin_nogvl(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the `SpinArgs` on the caller's stack, alive for the
+    // whole call. A panic here would abort (extern "C"), and nothing in
+    // spin_phase panics.
+    spin_phase(&*(arg as *const SpinArgs));
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn spin_ubf(arg: *mut c_void) {
+    // SAFETY: `arg` is the waiter, alive while its wait runs.
+    (*(arg as *const Waiter))
+        .interrupted
+        .store(true, Ordering::Relaxed);
+}
+
+/// Spins for the signal with the GVL released (two-phase, see
+/// docs/design.md). Returns with the GVL held; never raises.
+pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration) {
+    let args = SpinArgs { w, spin, gvl };
+    // SAFETY: both pointers refer to locals that outlive the call; the
+    // unblock function only stores an atomic flag.
+    unsafe {
+        rb_sys::rb_thread_call_without_gvl(
+            Some(spin_nogvl),
+            &args as *const SpinArgs as *mut c_void,
+            Some(spin_ubf),
+            w as *const Waiter as *mut c_void,
+        );
+    }
+}
+
+/// Runs pending interrupts (Thread#raise, kill, signal handlers).
+pub fn check_ints() -> Result<(), Error> {
+    // SAFETY: may raise; caught by protect.
+    protect(|| unsafe {
+        rb_sys::rb_thread_check_ints();
+        QNIL
+    })?;
+    Ok(())
+}
+
+/// Sleeps until woken (`rb_thread_sleep_deadly`: visible to the deadlock
+/// detector, interruptible), or until `timeout` passes.
+pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
+    // SAFETY: both calls may raise (interrupts); caught by protect.
+    protect(|| unsafe {
+        match timeout {
+            None => rb_sys::rb_thread_sleep_deadly(),
+            Some(d) => rb_sys::rb_thread_wait_for(rb_sys::timeval {
+                tv_sec: d.as_secs() as _,
+                tv_usec: d.subsec_micros() as _,
+            }),
+        }
+        QNIL
+    })?;
+    Ok(())
+}
+
+/// Blocks the current fiber through its scheduler.
+pub fn scheduler_block(w: &Waiter, blocker: VALUE, timeout: Option<Duration>) -> Result<(), Error> {
+    let scheduler = w.scheduler;
+    // SAFETY: may call Ruby code and raise; caught by protect.
+    protect(|| unsafe {
+        let t = match timeout {
+            None => QNIL,
+            Some(d) => rb_sys::rb_float_new(d.as_secs_f64()),
+        };
+        rb_sys::rb_fiber_scheduler_block(scheduler, blocker, t)
+    })?;
+    Ok(())
+}
+
+/// Wakes a waiter that was already signaled and unlinked. `false` means its
+/// thread is dead and the wake-up should go to the next waiter.
+pub fn wake(
+    thread: VALUE,
+    scheduler: VALUE,
+    fiber: VALUE,
+    sleeping: bool,
+    blocker: VALUE,
+) -> Result<bool, Error> {
+    if scheduler != QNIL {
+        // SAFETY: may call Ruby code and raise; caught by protect.
+        protect(|| unsafe { rb_sys::rb_fiber_scheduler_unblock(scheduler, blocker, fiber) })?;
+        Ok(true)
+    } else if sleeping {
+        // SAFETY: rb_thread_wakeup_alive does not raise; it returns nil for
+        // a dead thread.
+        Ok(unsafe { rb_sys::rb_thread_wakeup_alive(thread) } != QNIL)
+    } else {
+        // Spinning without the GVL: the signal flag is all it needs.
+        Ok(true)
+    }
+}
+
+/// `rb_num2dbl`, with Ruby's own TypeError for non-numeric values.
+pub fn num2dbl(v: VALUE) -> Result<f64, Error> {
+    let mut out = 0.0f64;
+    let out_ptr = &mut out as *mut f64;
+    // SAFETY: rb_num2dbl may raise; protect catches it. `out` outlives the
+    // closure.
+    protect(|| unsafe {
+        *out_ptr = rb_sys::rb_num2dbl(v);
+        QNIL
+    })?;
+    Ok(out)
+}
+
+/// `rb_undef_method(klass, name)` (stock undefines `initialize_copy`).
+pub fn undef_method(class: Value, name: &std::ffi::CStr) {
+    // SAFETY: called at load time on a class we just defined.
+    unsafe { rb_sys::rb_undef_method(class.as_raw(), name.as_ptr()) }
+}
+
+// ---------------------------------------------------------------------------
+// Hot-path method entry points
+// ---------------------------------------------------------------------------
+
+/// A method body as `rb_define_method` sees it with arity 1.
+pub type RawMethod1 = unsafe extern "C" fn(Value, Value) -> Value;
+/// A method body with arity -1 (`argc, argv, self`).
+pub type RawMethodV = unsafe extern "C" fn(std::os::raw::c_int, *const Value, Value) -> Value;
+
+/// Calls a `magnus::method!`-generated wrapper. Those wrappers catch
+/// panics and raise errors themselves, so calling them is as safe as Ruby
+/// calling them; hot paths use this to fall back to the full method.
+#[inline(always)]
+pub fn call_method1(f: RawMethod1, rb_self: Value, a: Value) -> Value {
+    // SAFETY: `f` is a magnus wrapper expecting exactly these arguments,
+    // called on a Ruby thread with the GVL held, as Ruby would call it.
+    unsafe { f(rb_self, a) }
+}
+
+/// As [`call_method1`] for arity -1 wrappers.
+#[inline(always)]
+pub fn call_method_v(
+    f: RawMethodV,
+    argc: std::os::raw::c_int,
+    argv: *const Value,
+    rb_self: Value,
+) -> Value {
+    // SAFETY: as for call_method1; `argc`/`argv` are Ruby's own.
+    unsafe { f(argc, argv, rb_self) }
+}

@@ -1,0 +1,24 @@
+# frozen_string_literal: true
+
+require_relative "lib/rapid_thread/version"
+
+Gem::Specification.new do |spec|
+  spec.name = "rapid_thread"
+  spec.version = RapidThread::VERSION
+  spec.authors = ["rapid_thread developers"]
+  spec.summary = "Drop-in, faster Thread::Queue, SizedQueue and ConditionVariable, written in Rust"
+  spec.description = <<~DESC
+    RapidThread::Queue is a drop-in replacement for Thread::Queue implemented
+    in Rust (magnus + rb-sys), with Ruby 3.2's pop(timeout:) on Ruby 3.1 and a
+    hand-off path that avoids most of the cross-CPU wake-up latency.
+  DESC
+  spec.license = "MIT"
+  spec.required_ruby_version = ">= 3.1"
+
+  spec.files = Dir[
+    "lib/**/*.rb", "ext/rapid_thread/{Cargo.toml,extconf.rb}", "ext/rapid_thread/src/**/*.rs",
+    "Cargo.toml", "Cargo.lock", "README.md", "docs/*.md"
+  ]
+  spec.require_paths = ["lib"]
+  spec.extensions = ["ext/rapid_thread/extconf.rb"]
+end
