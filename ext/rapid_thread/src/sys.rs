@@ -440,9 +440,13 @@ unsafe extern "C" fn spin_ubf(arg: *mut c_void) {
 pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration) {
     let args = SpinArgs { w, spin, gvl };
     // SAFETY: both pointers refer to locals that outlive the call; the
-    // unblock function only stores an atomic flag.
+    // unblock function only stores an atomic flag. The `2` variant matters:
+    // plain rb_thread_call_without_gvl runs pending interrupts on the way
+    // out and may longjmp over our frames; this one never raises (it skips
+    // `spin_nogvl` when an interrupt is pending), and the caller runs
+    // interrupts itself under rb_protect.
     unsafe {
-        rb_sys::rb_thread_call_without_gvl(
+        rb_sys::rb_thread_call_without_gvl2(
             Some(spin_nogvl),
             &args as *const SpinArgs as *mut c_void,
             Some(spin_ubf),

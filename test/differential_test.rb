@@ -1,0 +1,78 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# Runs the same seeded operation sequences against Thread::Queue and
+# RapidThread::Queue and compares every result, exception class and message.
+class DifferentialTest < RapidThreadTest
+  OPS = %i[push pop_nb pop_t0 size empty clear close closed num_waiting push_many shift_nb].freeze
+
+  def run_program(klass, seed, length)
+    rng = Random.new(seed)
+    q = klass.new(Array.new(rng.rand(3)) { |i| "init#{i}" })
+    Array.new(length) do |step|
+      op = OPS[rng.rand(OPS.size)]
+      outcome = begin
+        case op
+        when :push then q.push("s#{step}").equal?(q) ? :self : :other
+        when :push_many then 3.times { |i| q << [step, i] } && :ok
+        when :pop_nb then q.pop(true)
+        when :shift_nb then q.shift(true)
+        when :pop_t0 then q.pop(false) if q.closed? || !q.empty? # blocking only when it cannot block
+        when :size then q.size
+        when :empty then q.empty?
+        when :clear then q.clear.equal?(q) ? :self : :other
+        when :close then q.close.equal?(q) ? :self : :other
+        when :closed then q.closed?
+        when :num_waiting then q.num_waiting
+        end
+      rescue StandardError, StopIteration => e
+        [e.class, e.message.gsub(/0x\h+/, "0x").gsub("RapidThread::Queue", "Thread::Queue")]
+      end
+      [op, outcome]
+    end
+  end
+
+  def test_random_programs_match_stock
+    300.times do |seed|
+      stock = run_program(Thread::Queue, seed, 60)
+      ours = run_program(RapidThread::Queue, seed, 60)
+      assert_equal stock, ours, "program with seed #{seed} differs"
+    end
+  end
+
+  def test_error_table_matches_stock
+    cases = {
+      "new(1)" => ->(k) { k.new(1) },
+      "new(Object.new)" => ->(k) { k.new(Object.new) },
+      "new(1, 2)" => ->(k) { k.new(1, 2) },
+      "push()" => ->(k) { k.new.push },
+      "push(1, 2)" => ->(k) { k.new.push(1, 2) },
+      "pop(1, 2)" => ->(k) { k.new.pop(1, 2) },
+      "pop(true)" => ->(k) { k.new.pop(true) },
+      "closed push" => ->(k) { k.new.tap(&:close).push(1) },
+      "closed <<" => ->(k) { k.new.tap(&:close) << 1 },
+      "Marshal.dump" => ->(k) { Marshal.dump(k.new) },
+      "allocate.pop" => ->(k) { k.allocate.pop },
+      "allocate.push" => ->(k) { k.allocate.push(1) },
+      "allocate.length" => ->(k) { k.allocate.length },
+      "allocate.closed?" => ->(k) { k.allocate.closed? },
+      "allocate.num_waiting" => ->(k) { k.allocate.num_waiting },
+      "close(1)" => ->(k) { k.new.close(1) },
+      "size(1)" => ->(k) { k.new.size(1) },
+      "dup" => ->(k) { k.new.dup },
+    }
+    cases.each do |label, call|
+      assert_equal outcome { call.(Thread::Queue) }, outcome { call.(RapidThread::Queue) }, label
+    end
+  end
+
+  private
+
+  def outcome
+    r = yield
+    r.is_a?(Thread::Queue) || r.is_a?(RapidThread::Queue) ? :queue : r
+  rescue Exception => e # rubocop:disable Lint/RescueException
+    [e.class, e.message.lines.first.chomp.gsub(/0x\h+/, "0x").gsub("RapidThread::Queue", "Thread::Queue")]
+  end
+end

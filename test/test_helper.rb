@@ -1,0 +1,111 @@
+# frozen_string_literal: true
+
+$LOAD_PATH.unshift File.expand_path("../lib", __dir__)
+require "rapid_thread"
+require "minitest/autorun"
+require "timeout"
+require "rbconfig"
+require "open3"
+
+# RAPID_THREAD_GC_STRESS=1      runs every test under GC.stress = true
+# RAPID_THREAD_GC_STRESS=minor  runs them under minor-GC-only stress (0x01),
+#                               where a missing write barrier loses objects
+GC_STRESS = case ENV["RAPID_THREAD_GC_STRESS"]
+            when nil, "", "0" then nil
+            when "minor" then 0x01
+            else true
+            end
+
+# Every test is bounded: a hang fails the test instead of stalling CI.
+TEST_TIMEOUT = Float(ENV.fetch("RAPID_THREAD_TEST_TIMEOUT", GC_STRESS ? 300 : 30))
+
+# And the whole run is bounded too, from outside the process, in case a hang
+# is not interruptible by Timeout.
+SUITE_LIMIT = Integer(ENV.fetch("RAPID_THREAD_SUITE_LIMIT", GC_STRESS ? 3600 : 900))
+watchdog = Process.spawn("sleep #{SUITE_LIMIT} && echo 'test suite exceeded #{SUITE_LIMIT}s' >&2 && kill -9 #{Process.pid}",
+                         pgroup: true)
+Process.detach(watchdog)
+at_exit do
+  Process.kill("KILL", -watchdog)
+rescue Errno::ESRCH
+  nil
+end
+
+module RapidThreadTestHelpers
+  # Waits (without sleeping for a fixed time) until the block is true.
+  def wait_until(limit = TEST_TIMEOUT / 2, message = "condition")
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + limit
+    until yield
+      flunk "timed out after #{limit}s waiting for #{message}" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      Thread.pass
+    end
+  end
+
+  def now
+    Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  end
+
+  # Starts a thread that the test's teardown kills and joins.
+  def spawn_thread(&block)
+    t = Thread.new(&block)
+    t.report_on_exception = false
+    @threads << t
+    t
+  end
+
+  # Runs Ruby code in a child process with the gem on the load path.
+  # Returns [stdout, stderr, status].
+  def run_ruby(code, timeout: 30)
+    lib = File.expand_path("../lib", __dir__)
+    Open3.capture3(RbConfig.ruby, "-I#{lib}", "-rrapid_thread", "-e", code, stdin_data: "", timeout: timeout)
+  end
+end
+
+# Open3.capture3 has no timeout option; add one that kills the child.
+module Open3
+  class << self
+    alias_method :capture3_unbounded, :capture3
+
+    def capture3(*cmd, timeout: nil, **opts)
+      return capture3_unbounded(*cmd, **opts) unless timeout
+
+      stdin_data = opts.delete(:stdin_data) || ""
+      popen3(*cmd, **opts) do |i, o, e, t|
+        out_reader = Thread.new { o.read }
+        err_reader = Thread.new { e.read }
+        i.write(stdin_data)
+        i.close
+        unless t.join(timeout)
+          Process.kill("KILL", t.pid)
+          raise Timeout::Error, "child process exceeded #{timeout}s: #{cmd.inspect}"
+        end
+        [out_reader.value, err_reader.value, t.value]
+      end
+    end
+  end
+end
+
+class RapidThreadTest < Minitest::Test
+  include RapidThreadTestHelpers
+
+  def setup
+    @threads = []
+  end
+
+  def teardown
+    @threads.each(&:kill).each do |t|
+      t.join(5)
+    rescue Exception # rubocop:disable Lint/RescueException
+      nil # the test has already checked what it cares about
+    end
+  end
+
+  def run(*)
+    Timeout.timeout(TEST_TIMEOUT, Minitest::Assertion, "test exceeded #{TEST_TIMEOUT}s") do
+      GC.stress = GC_STRESS if GC_STRESS
+      super
+    ensure
+      GC.stress = false if GC_STRESS
+    end
+  end
+end
