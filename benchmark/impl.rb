@@ -12,10 +12,14 @@ module BenchImpl
   case NAME
   when "stock"
     Queue = ::Thread::Queue
+    SizedQueue = ::Thread::SizedQueue
+    ConditionVariable = ::Thread::ConditionVariable
   when "gem"
     $LOAD_PATH.unshift File.expand_path("../lib", __dir__)
     require "rapid_thread"
     Queue = ::RapidThread::Queue
+    SizedQueue = ::RapidThread::SizedQueue
+    ConditionVariable = ::RapidThread::ConditionVariable
   else
     abort "unknown RAPID_THREAD_BENCH_IMPL=#{NAME.inspect} (stock or gem)"
   end

@@ -34,7 +34,7 @@ class DifferentialTest < RapidThreadTest
   end
 
   def test_random_programs_match_stock
-    300.times do |seed|
+    scaled(300).times do |seed|
       stock = run_program(Thread::Queue, seed, 60)
       ours = run_program(RapidThread::Queue, seed, 60)
       assert_equal stock, ours, "program with seed #{seed} differs"

@@ -52,11 +52,12 @@ class GcTest < RapidThreadTest
 
   def test_values_passed_between_threads_under_gc_pressure
     q = Q.new
-    consumer = spawn_thread { Array.new(2000) { q.pop } }
-    2000.times do |i|
+    n = scaled(2000)
+    consumer = spawn_thread { Array.new(n) { q.pop } }
+    n.times do |i|
       q << "v#{i}"
       GC.start(full_mark: false) if (i % 100).zero?
     end
-    assert_equal Array.new(2000) { |i| "v#{i}" }, consumer.value
+    assert_equal Array.new(n) { |i| "v#{i}" }, consumer.value
   end
 end

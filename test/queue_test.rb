@@ -226,7 +226,7 @@ class QueueTest < RapidThreadTest
     # A popper chosen for an item that is interrupted before taking it must
     # hand the wake-up on; otherwise the item sits in the queue while the
     # next popper sleeps.
-    50.times do
+    scaled(50).times do
       q = Q.new
       a = spawn_thread { q.pop }
       wait_until { q.num_waiting == 1 }
@@ -339,7 +339,7 @@ class QueueTest < RapidThreadTest
 
   def test_many_producers_and_consumers_lose_nothing
     q = Q.new
-    per = 20_000
+    per = scaled(20_000)
     producers = Array.new(4) { |p| spawn_thread { per.times { |i| q << (p * per + i) } } }
     consumers = Array.new(4) do
       spawn_thread do
@@ -367,7 +367,7 @@ class QueueTest < RapidThreadTest
       a = Q.new
       b = Q.new
       echo = spawn_thread { while (v = a.pop) do b << v end }
-      2000.times { |i| a << i; assert_equal i, b.pop }
+      scaled(2000).times { |i| a << i; assert_equal i, b.pop }
       a.close
       echo.join
     ensure

@@ -35,13 +35,16 @@ File.write("Makefile", <<~MAKE)
 
   all: $(DLLIB)
 
-  # cargo decides what is stale; the rule always asks it.
+  # cargo decides what is stale; the rule always asks it. Copies replace
+  # the file (rm, then cp) instead of rewriting it in place, so a running
+  # process that has the old library mapped is not corrupted.
   $(DLLIB): FORCE
   \tRUBY="$(RUBY)" "$(CARGO)" build --locked --manifest-path "$(CRATE_DIR)/Cargo.toml" --target-dir "$(TARGET_DIR)" --profile $(PROFILE)
-  \tcp "$(TARGET_DIR)/#{profile_dir}/librapid_thread.so" $(DLLIB)
+  \trm -f $(DLLIB) && cp "$(TARGET_DIR)/#{profile_dir}/librapid_thread.so" $(DLLIB)
 
   install: $(DLLIB)
   \tmkdir -p "$(DESTDIR)$(sitearchdir)$(target_prefix)"
+  \trm -f "$(DESTDIR)$(sitearchdir)$(target_prefix)/$(DLLIB)"
   \tcp $(DLLIB) "$(DESTDIR)$(sitearchdir)$(target_prefix)/$(DLLIB)"
   \tif [ "$(CLEAN_TARGET_ON_INSTALL)" = 1 ]; then rm -rf "$(TARGET_DIR)"; fi
 

@@ -2,8 +2,10 @@
 //! shared waiting/wake-up machinery in `wait`, and every `unsafe` block in
 //! `sys`.
 
+mod condition_variable;
 mod errors;
 mod queue;
+mod sized_queue;
 mod sys;
 mod wait;
 
@@ -37,6 +39,8 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.define_singleton_method("spin_us=", function!(set_spin_us, 1))?;
     module.define_singleton_method("gvl_spin_us", function!(gvl_spin_us, 0))?;
     module.define_singleton_method("gvl_spin_us=", function!(set_gvl_spin_us, 1))?;
-    queue::init(ruby, module)?;
+    let queue = queue::init(ruby, module)?;
+    sized_queue::init(module, queue)?;
+    condition_variable::init(ruby, module)?;
     Ok(())
 }

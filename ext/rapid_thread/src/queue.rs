@@ -117,7 +117,10 @@ impl Queue {
                 return Take::NotInitialized;
             }
             match s.items.pop_front() {
-                Some(v) => Take::Item(v, s.max != 0 && !s.pushers.is_empty()),
+                Some(v) => Take::Item(
+                    v,
+                    s.max != 0 && s.items.len() < s.max && !s.pushers.is_empty(),
+                ),
                 None => Take::Empty,
             }
         })
@@ -134,7 +137,7 @@ impl Queue {
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
         match self.try_shift() {
-            Take::Item(v, wake_pusher) => self.took(rb_self, v, wake_pusher),
+            Take::Item(v, wake_pusher) => self.took(v, wake_pusher),
             Take::NotInitialized => Err(errors::not_initialized(rb_self)),
             Take::Empty if !should_block => Err(errors::thread_error("queue empty")),
             Take::Empty if timeout == Some(Duration::ZERO) => Ok(sys::value(sys::QNIL)),
@@ -143,9 +146,9 @@ impl Queue {
     }
 
     #[inline(always)]
-    fn took(&self, rb_self: Value, v: VALUE, wake_pusher: bool) -> Result<Value, Error> {
+    fn took(&self, v: VALUE, wake_pusher: bool) -> Result<Value, Error> {
         if wake_pusher {
-            wait::wake_one(&self.state, pushers, sys::raw(rb_self))?;
+            wait::wake_one(&self.state, pushers)?;
         }
         Ok(sys::value(v))
     }
@@ -162,12 +165,12 @@ impl Queue {
                 // We were chosen for an item but are leaving with an
                 // exception: hand the wake-up to the next popper.
                 if parked.signaled && !self.state.with(|s| s.items.is_empty()) {
-                    wait::wake_one(&self.state, poppers, me)?;
+                    wait::wake_one(&self.state, poppers)?;
                 }
                 return Err(e);
             }
             match self.try_shift() {
-                Take::Item(v, wake_pusher) => return self.took(rb_self, v, wake_pusher),
+                Take::Item(v, wake_pusher) => return self.took(v, wake_pusher),
                 Take::NotInitialized => return Err(errors::not_initialized(rb_self)),
                 Take::Empty => {}
             }
@@ -196,12 +199,81 @@ impl Queue {
             Ok(wake) => {
                 sys::write_barrier(me, v);
                 if wake {
-                    wait::wake_one(&self.state, poppers, me)?;
+                    wait::wake_one(&self.state, poppers)?;
                 }
                 Ok(rb_self)
             }
             Err(true) => Err(errors::closed_queue()),
             Err(false) => Err(errors::not_initialized(rb_self)),
+        }
+    }
+
+    /// SizedQueue#push with Ruby 3.2's `timeout:`; blocks while full.
+    pub fn push_bounded(
+        &self,
+        rb_self: Value,
+        v: VALUE,
+        should_block: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Value, Error> {
+        enum Put {
+            Done(bool),
+            Full(bool),
+            Closed,
+            NotInitialized,
+        }
+        let me = sys::raw(rb_self);
+        let deadline = wait::deadline_after(timeout);
+        let mut first = true;
+        loop {
+            let put = self.state.with(|s| {
+                let s = s.fresh();
+                if !s.initialized {
+                    Put::NotInitialized
+                } else if s.items.len() >= s.max {
+                    Put::Full(s.closed)
+                } else if s.closed {
+                    Put::Closed
+                } else {
+                    s.items.push_back(v);
+                    Put::Done(!s.poppers.is_empty())
+                }
+            });
+            match put {
+                Put::Done(wake_popper) => {
+                    sys::write_barrier(me, v);
+                    if wake_popper {
+                        wait::wake_one(&self.state, poppers)?;
+                    }
+                    return Ok(rb_self);
+                }
+                Put::NotInitialized => return Err(errors::not_initialized(rb_self)),
+                Put::Closed => return Err(errors::closed_queue()),
+                Put::Full(closed) => {
+                    if first {
+                        first = false;
+                        if !should_block {
+                            return Err(errors::thread_error("queue full"));
+                        }
+                        if timeout == Some(Duration::ZERO) {
+                            return Ok(sys::value(sys::QNIL));
+                        }
+                    } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                        return Ok(sys::value(sys::QNIL));
+                    }
+                    if closed {
+                        return Err(errors::closed_queue());
+                    }
+                }
+            }
+            let parked = park(&self.state, pushers, me, deadline);
+            if let Err(e) = parked.result {
+                // Chosen for a free slot but leaving: pass the wake-up on.
+                if parked.signaled && self.state.with(|s| s.items.len() < s.max) {
+                    wait::wake_one(&self.state, pushers)?;
+                }
+                return Err(e);
+            }
         }
     }
 
@@ -321,9 +393,8 @@ fn close(rb_self: Value) -> Result<Value, Error> {
         .state
         .with(|s| !std::mem::replace(&mut s.fresh().closed, true));
     if newly {
-        let me = sys::raw(rb_self);
-        wait::wake_all(&q.state, poppers, me)?;
-        wait::wake_all(&q.state, pushers, me)?;
+        wait::wake_all(&q.state, poppers)?;
+        wait::wake_all(&q.state, pushers)?;
     }
     Ok(rb_self)
 }
@@ -343,7 +414,7 @@ fn clear(rb_self: Value) -> Result<Value, Error> {
         s.max != 0 && !s.pushers.is_empty()
     })?;
     if wake_pushers {
-        wait::wake_all(&q.state, pushers, sys::raw(rb_self))?;
+        wait::wake_all(&q.state, pushers)?;
     }
     Ok(rb_self)
 }

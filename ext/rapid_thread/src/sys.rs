@@ -213,15 +213,18 @@ pub struct Waiter {
     wake_epoch: AtomicU64,
     /// True once the waiter may be in a Ruby sleep and needs a real wake-up.
     sleeping: Cell<bool>,
-    pub thread: VALUE,
-    pub fiber: VALUE,
+    thread: VALUE,
+    fiber: VALUE,
     /// The fiber scheduler to unblock through, or nil.
-    pub scheduler: VALUE,
+    scheduler: VALUE,
+    /// What the waiter blocks on (the queue, or the condvar's mutex), passed
+    /// to the scheduler's block/unblock hooks.
+    blocker: VALUE,
 }
 
 impl Waiter {
-    /// A waiter for the current thread and fiber.
-    pub fn current() -> Waiter {
+    /// A waiter for the current thread and fiber, blocked on `blocker`.
+    pub fn current(blocker: VALUE) -> Waiter {
         // SAFETY: plain queries of the current thread, GVL held.
         let (thread, scheduler) = unsafe {
             (
@@ -246,6 +249,7 @@ impl Waiter {
             thread,
             fiber,
             scheduler,
+            blocker,
         }
     }
 
@@ -254,19 +258,60 @@ impl Waiter {
         self.signaled.load(Ordering::Acquire)
     }
 
+    /// Whether the waiter blocks through a fiber scheduler.
+    pub fn has_scheduler(&self) -> bool {
+        self.scheduler != QNIL
+    }
+
     pub fn set_sleeping(&self) {
         self.sleeping.set(true);
     }
 
-    pub fn is_sleeping(&self) -> bool {
-        self.sleeping.get()
-    }
-
-    /// Marks the waiter woken. Called by the waker with the GVL held.
-    pub fn signal(&self) {
+    /// Marks the waiter woken and says how to complete the wake-up.
+    /// Called by the waker, GVL held, right after unlinking it.
+    pub fn signal(&self) -> WakeTarget {
         self.wake_epoch
             .store(GVL_RELEASES.load(Ordering::Acquire), Ordering::Relaxed);
         self.signaled.store(true, Ordering::Release);
+        WakeTarget {
+            thread: self.thread,
+            fiber: self.fiber,
+            scheduler: self.scheduler,
+            blocker: self.blocker,
+            sleeping: self.sleeping.get(),
+        }
+    }
+}
+
+/// Who to wake and how, copied out of a waiter while the GVL is held:
+/// once woken, the waiter may leave and its stack frame is gone.
+#[derive(Clone, Copy)]
+pub struct WakeTarget {
+    thread: VALUE,
+    fiber: VALUE,
+    scheduler: VALUE,
+    blocker: VALUE,
+    sleeping: bool,
+}
+
+impl WakeTarget {
+    /// Completes a wake-up. `false` means the thread is dead and the
+    /// wake-up should go to the next waiter.
+    pub fn wake(self) -> Result<bool, Error> {
+        if self.scheduler != QNIL {
+            // SAFETY: may call Ruby code and raise; caught by protect.
+            protect(|| unsafe {
+                rb_sys::rb_fiber_scheduler_unblock(self.scheduler, self.blocker, self.fiber)
+            })?;
+            Ok(true)
+        } else if self.sleeping {
+            // SAFETY: rb_thread_wakeup_alive does not raise; it returns nil
+            // for a dead thread.
+            Ok(unsafe { rb_sys::rb_thread_wakeup_alive(self.thread) } != QNIL)
+        } else {
+            // Spinning without the GVL: the signal flag is all it needs.
+            Ok(true)
+        }
     }
 }
 
@@ -483,8 +528,8 @@ pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
 }
 
 /// Blocks the current fiber through its scheduler.
-pub fn scheduler_block(w: &Waiter, blocker: VALUE, timeout: Option<Duration>) -> Result<(), Error> {
-    let scheduler = w.scheduler;
+pub fn scheduler_block(w: &Waiter, timeout: Option<Duration>) -> Result<(), Error> {
+    let (scheduler, blocker) = (w.scheduler, w.blocker);
     // SAFETY: may call Ruby code and raise; caught by protect.
     protect(|| unsafe {
         let t = match timeout {
@@ -494,29 +539,6 @@ pub fn scheduler_block(w: &Waiter, blocker: VALUE, timeout: Option<Duration>) ->
         rb_sys::rb_fiber_scheduler_block(scheduler, blocker, t)
     })?;
     Ok(())
-}
-
-/// Wakes a waiter that was already signaled and unlinked. `false` means its
-/// thread is dead and the wake-up should go to the next waiter.
-pub fn wake(
-    thread: VALUE,
-    scheduler: VALUE,
-    fiber: VALUE,
-    sleeping: bool,
-    blocker: VALUE,
-) -> Result<bool, Error> {
-    if scheduler != QNIL {
-        // SAFETY: may call Ruby code and raise; caught by protect.
-        protect(|| unsafe { rb_sys::rb_fiber_scheduler_unblock(scheduler, blocker, fiber) })?;
-        Ok(true)
-    } else if sleeping {
-        // SAFETY: rb_thread_wakeup_alive does not raise; it returns nil for
-        // a dead thread.
-        Ok(unsafe { rb_sys::rb_thread_wakeup_alive(thread) } != QNIL)
-    } else {
-        // Spinning without the GVL: the signal flag is all it needs.
-        Ok(true)
-    }
 }
 
 /// `rb_num2dbl`, with Ruby's own TypeError for non-numeric values.
@@ -567,4 +589,93 @@ pub fn call_method_v(
 ) -> Value {
     // SAFETY: as for call_method1; `argc`/`argv` are Ruby's own.
     unsafe { f(argc, argv, rb_self) }
+}
+
+/// `NUM2LONG`, with Ruby's own TypeError / RangeError.
+pub fn num2long(v: VALUE) -> Result<i64, Error> {
+    let mut out = 0i64;
+    let out_ptr = &mut out as *mut i64;
+    // SAFETY: rb_num2long may raise; protect catches it. `out` outlives the
+    // closure.
+    protect(|| unsafe {
+        *out_ptr = rb_sys::rb_num2long(v) as i64;
+        QNIL
+    })?;
+    Ok(out)
+}
+
+/// Argument `i` of an arity -1 call, if there is one.
+#[inline(always)]
+pub fn arg(argc: std::os::raw::c_int, argv: *const Value, i: usize) -> Option<Value> {
+    // SAFETY: Ruby passes `argc` valid VALUEs at `argv`; `i` is checked.
+    (i < argc as usize).then(|| unsafe { *argv.add(i) })
+}
+
+// ---------------------------------------------------------------------------
+// Mutexes (ConditionVariable#wait)
+// ---------------------------------------------------------------------------
+
+/// `rb_time_interval`: Mutex#sleep's conversion of its timeout, with its
+/// errors ("time interval must not be negative", "can't convert ...").
+pub fn time_interval(v: VALUE) -> Result<Duration, Error> {
+    let mut tv = rb_sys::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    let tv_ptr = &mut tv as *mut rb_sys::timeval;
+    // SAFETY: may raise; protect catches it. `tv` outlives the closure.
+    protect(|| unsafe {
+        *tv_ptr = rb_sys::rb_time_interval(v);
+        QNIL
+    })?;
+    Ok(Duration::from_secs(tv.tv_sec.max(0) as u64)
+        + Duration::from_micros(tv.tv_usec.max(0) as u64))
+}
+
+pub fn mutex_unlock(m: VALUE) -> Result<(), Error> {
+    // SAFETY: raises ThreadError when not owned; caught by protect.
+    protect(|| unsafe { rb_sys::rb_mutex_unlock(m) })?;
+    Ok(())
+}
+
+/// Re-locks `m` the way stock's `mutex_lock_uninterruptible` does after
+/// Mutex#sleep: an interrupt that arrives meanwhile (each one is consumed
+/// by the attempt it breaks) is kept and returned once the lock is held.
+/// Attempts are bounded so that an error that repeats (a deadlock fatal,
+/// recursive locking) cannot loop forever.
+pub fn mutex_relock(m: VALUE) -> Option<Error> {
+    let mut first_err = None;
+    for _ in 0..64 {
+        // SAFETY: rb_mutex_lock may raise on interrupt; caught by protect.
+        match protect(|| unsafe { rb_sys::rb_mutex_lock(m) }) {
+            Ok(_) => return first_err,
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    first_err
+}
+
+/// `mutex.sleep(timeout)` through a normal method call (any object that
+/// responds to `sleep`).
+pub fn call_sleep(m: VALUE, timeout: VALUE) -> Result<VALUE, Error> {
+    // SAFETY: a method call that may raise; caught by protect.
+    protect(|| unsafe {
+        let id = rb_sys::rb_intern(c"sleep".as_ptr());
+        rb_sys::rb_funcallv(m, id, 1, &timeout)
+    })
+}
+
+/// `rb_obj_class(v)`.
+pub fn class_of(v: VALUE) -> VALUE {
+    // SAFETY: a plain query of a live object.
+    unsafe { rb_sys::rb_obj_class(v) }
+}
+
+/// Seconds since the epoch, as `time(0)` (Mutex#sleep returns the
+/// difference of two of these).
+pub fn wall_seconds() -> i64 {
+    // SAFETY: time(NULL) has no preconditions.
+    unsafe { libc::time(ptr::null_mut()) as i64 }
 }

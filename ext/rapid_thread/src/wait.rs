@@ -24,22 +24,24 @@ use rb_sys::VALUE;
 use crate::sys::{self, GvlCell, WaitList, Waiter, GVL_SPIN_US, QNIL, SPIN_US};
 
 /// How a wait ended, seen from the waiter.
-pub struct Parked {
+pub struct Parked<R> {
     /// A waker chose this waiter (it may still have failed with an error).
     pub signaled: bool,
-    /// An interrupt (Thread#raise, kill, ...) to re-raise after cleanup.
-    pub result: Result<(), Error>,
+    /// What the wait returned, or an interrupt (Thread#raise, kill, ...) to
+    /// re-raise after cleanup.
+    pub result: Result<R, Error>,
 }
 
-/// Blocks the current thread (or fiber) on the list chosen by `list` until
-/// it is woken, `deadline` passes or an interrupt arrives. The waiter is off
-/// the list and out of its waiting count when this returns.
-pub fn park<S>(
+/// Runs `wait` with a waiter for the current thread enlisted on the list
+/// chosen by `list`. The waiter is off the list and out of its waiting
+/// count when this returns, on every path (a drop guard plays the role of
+/// the `rb_ensure` cleanup in thread_sync.c).
+pub fn enlisted<S, R>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
     blocker: VALUE,
-    deadline: Option<Instant>,
-) -> Parked {
+    wait: impl FnOnce(&Waiter) -> Result<R, Error>,
+) -> Parked<R> {
     struct Leave<'a, S> {
         cell: &'a GvlCell<S>,
         list: fn(&mut S) -> &mut WaitList,
@@ -51,12 +53,12 @@ pub fn park<S>(
         }
     }
 
-    let w = Waiter::current();
+    let w = Waiter::current(blocker);
     // SAFETY (contract of `enter`): `w` stays on this frame until the guard
     // below calls `leave`, on every path including a panic.
     cell.with(|s| unsafe { list(s).enter(&w) });
     let guard = Leave { cell, list, w: &w };
-    let result = block(&w, blocker, deadline);
+    let result = wait(&w);
     drop(guard);
     Parked {
         signaled: w.signaled(),
@@ -64,16 +66,31 @@ pub fn park<S>(
     }
 }
 
+/// Blocks the current thread (or fiber) on the list chosen by `list` until
+/// it is woken, `deadline` passes or an interrupt arrives.
+pub fn park<S>(
+    cell: &GvlCell<S>,
+    list: fn(&mut S) -> &mut WaitList,
+    blocker: VALUE,
+    deadline: Option<Instant>,
+) -> Parked<()> {
+    enlisted(cell, list, blocker, |w| block(w, deadline, false))
+}
+
 fn remaining(deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| d.saturating_duration_since(Instant::now()))
 }
 
-fn block(w: &Waiter, blocker: VALUE, deadline: Option<Instant>) -> Result<(), Error> {
+/// Blocks until `w` is signaled or `deadline` passes (two-phase: spin with
+/// the GVL released, then Ruby's sleep). With `once`, a Ruby-level wake-up
+/// that is not our signal (Thread#wakeup / #run) also ends the wait, as in
+/// `Mutex#sleep`.
+pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Error> {
     if remaining(deadline).is_some_and(|left| left.is_zero()) {
         return Ok(());
     }
-    if w.scheduler != QNIL {
-        return sys::scheduler_block(w, blocker, remaining(deadline));
+    if w.has_scheduler() {
+        return sys::scheduler_block(w, remaining(deadline));
     }
     let spin_us = SPIN_US.load(Ordering::Relaxed);
     if spin_us > 0 && !sys::thread_alone() {
@@ -102,41 +119,38 @@ fn block(w: &Waiter, blocker: VALUE, deadline: Option<Instant>) -> Result<(), Er
             Some(left) if left.is_zero() => return Ok(()),
             Some(left) => sys::ruby_sleep(Some(left))?,
         }
-    }
-}
-
-/// Wakes the longest waiter on the list, if any. Returns whether one was
-/// woken.
-pub fn wake_one<S>(
-    cell: &GvlCell<S>,
-    list: fn(&mut S) -> &mut WaitList,
-    blocker: VALUE,
-) -> Result<bool, Error> {
-    loop {
-        let next = cell.with(|s| {
-            list(s).pop_front().map(|w| {
-                let target = (w.thread, w.scheduler, w.fiber, w.is_sleeping());
-                w.signal();
-                target
-            })
-        });
-        let Some((thread, scheduler, fiber, sleeping)) = next else {
-            return Ok(false);
-        };
-        if sys::wake(thread, scheduler, fiber, sleeping, blocker)? {
-            return Ok(true);
+        if once {
+            return Ok(());
         }
     }
 }
 
-/// Wakes every waiter on the list.
-pub fn wake_all<S>(
+/// Wakes up to `n` of the longest waiters on the list; returns how many.
+pub fn wake_n<S>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
-    blocker: VALUE,
-) -> Result<(), Error> {
-    while wake_one(cell, list, blocker)? {}
-    Ok(())
+    n: usize,
+) -> Result<usize, Error> {
+    let mut woken = 0;
+    while woken < n {
+        let Some(target) = cell.with(|s| list(s).pop_front().map(Waiter::signal)) else {
+            break;
+        };
+        if target.wake()? {
+            woken += 1;
+        }
+    }
+    Ok(woken)
+}
+
+/// Wakes the longest waiter on the list, if any.
+pub fn wake_one<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Result<(), Error> {
+    wake_n(cell, list, 1).map(drop)
+}
+
+/// Wakes every waiter on the list.
+pub fn wake_all<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Result<(), Error> {
+    wake_n(cell, list, usize::MAX).map(drop)
 }
 
 /// Converts a `timeout:` argument the way Ruby 3.2's Queue does

@@ -1,0 +1,144 @@
+//! `RapidThread::ConditionVariable`: a drop-in for Ruby 3.1's
+//! `Thread::ConditionVariable` (thread_sync.c).
+//!
+//! `wait(mutex, timeout = nil)` releases the mutex through `mutex.sleep`,
+//! so Thread::Mutex, Monitor's mutex and any object responding to `sleep`
+//! work. For a plain `Thread::Mutex` (also what MonitorMixin uses) the same
+//! steps run natively: unlock, the shared two-phase wait of `wait.rs`, an
+//! uninterruptible re-lock, then pending interrupts; the return value is
+//! still Mutex#sleep's (whole seconds slept).
+
+use magnus::scan_args::scan_args;
+use magnus::value::Lazy;
+use magnus::{
+    method, prelude::*, DataTypeFunctions, Error, RClass, RModule, Ruby, TypedData, Value,
+};
+
+use crate::errors;
+use crate::sys::{self, GvlCell, WaitList};
+use crate::wait::{self, enlisted};
+
+#[derive(Default)]
+pub struct State {
+    waiters: WaitList,
+    fork_gen: u64,
+}
+
+impl State {
+    fn fresh(&mut self) -> &mut State {
+        let gen = sys::fork_generation();
+        if self.fork_gen != gen {
+            self.fork_gen = gen;
+            self.waiters.forget_all();
+        }
+        self
+    }
+}
+
+fn waiters(s: &mut State) -> &mut WaitList {
+    &mut s.fresh().waiters
+}
+
+/// Holds no Ruby values: waiters live on their own threads' stacks.
+#[derive(Default, TypedData)]
+#[magnus(
+    class = "RapidThread::ConditionVariable",
+    free_immediately,
+    size,
+    wb_protected
+)]
+pub struct ConditionVariable {
+    state: GvlCell<State>,
+}
+
+impl DataTypeFunctions for ConditionVariable {}
+
+static THREAD_MUTEX: Lazy<RClass> = Lazy::new(|ruby| {
+    ruby.class_object()
+        .const_get::<_, RClass>("Thread")
+        .unwrap()
+        .const_get("Mutex")
+        .unwrap()
+});
+
+impl ConditionVariable {
+    fn get(rb_self: &Value) -> Result<&ConditionVariable, Error> {
+        sys::typed_ref::<ConditionVariable>(rb_self)
+            .ok_or_else(|| errors::wrong_receiver(*rb_self, "RapidThread::ConditionVariable"))
+    }
+}
+
+fn initialize(rb_self: Value) -> Result<Value, Error> {
+    ConditionVariable::get(&rb_self)?.state.with(|s| {
+        s.fresh();
+    });
+    Ok(rb_self)
+}
+
+fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let cv = ConditionVariable::get(&rb_self)?;
+    let args = scan_args::<(Value,), (Option<Value>,), (), (), (), ()>(args)?;
+    let mutex = sys::raw(args.required.0);
+    let timeout = sys::raw(args.optional.0.unwrap_or_else(|| ruby.qnil().as_value()));
+    let native = sys::class_of(mutex) == sys::raw(ruby.get_inner(&THREAD_MUTEX).as_value());
+    let parked = enlisted(&cv.state, waiters, mutex, |w| {
+        if !native || w.has_scheduler() {
+            // Stock's path: whatever `sleep` does, woken by a real wake-up.
+            w.set_sleeping();
+            return sys::call_sleep(mutex, timeout);
+        }
+        // Mutex#sleep, natively: convert the timeout first (same errors),
+        // unlock (ThreadError if not owned), wait, re-lock no matter what.
+        let limit = (timeout != sys::QNIL)
+            .then(|| sys::time_interval(timeout))
+            .transpose()?;
+        sys::mutex_unlock(mutex)?;
+        let started = sys::wall_seconds();
+        let waited = wait::block(w, wait::deadline_after(limit), true);
+        let relock = sys::mutex_relock(mutex);
+        waited?;
+        if let Some(e) = relock {
+            return Err(e);
+        }
+        sys::check_ints()?;
+        Ok(sys::raw(
+            ruby.integer_from_i64(sys::wall_seconds() - started)
+                .as_value(),
+        ))
+    });
+    if let Err(e) = parked.result {
+        // Chosen by a signal but leaving with an exception: stock loses that
+        // signal; we hand it to the next waiter instead.
+        if parked.signaled {
+            wait::wake_one(&cv.state, waiters)?;
+        }
+        return Err(e);
+    }
+    parked.result.map(sys::value)
+}
+
+fn signal(rb_self: Value) -> Result<Value, Error> {
+    wait::wake_one(&ConditionVariable::get(&rb_self)?.state, waiters)?;
+    Ok(rb_self)
+}
+
+fn broadcast(rb_self: Value) -> Result<Value, Error> {
+    wait::wake_all(&ConditionVariable::get(&rb_self)?.state, waiters)?;
+    Ok(rb_self)
+}
+
+fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
+    Err(errors::cannot_dump(rb_self))
+}
+
+pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
+    let class = module.define_class("ConditionVariable", ruby.class_object())?;
+    class.define_alloc_func::<ConditionVariable>();
+    class.define_method("initialize", method!(initialize, 0))?;
+    sys::undef_method(class.as_value(), c"initialize_copy");
+    class.define_method("marshal_dump", method!(marshal_dump, 0))?;
+    class.define_method("wait", method!(wait, -1))?;
+    class.define_method("signal", method!(signal, 0))?;
+    class.define_method("broadcast", method!(broadcast, 0))?;
+    Ok(class)
+}

@@ -1,0 +1,107 @@
+//! `RapidThread::SizedQueue`: a drop-in for Ruby 3.1's `Thread::SizedQueue`
+//! (a subclass of our Queue, as stock's is of Thread::Queue), plus Ruby
+//! 3.2's `push(timeout:)`. It shares `queue::Queue`'s struct; `max` bounds
+//! it. Inherited methods (pop, clear, close, length, num_waiting, ...)
+//! already wake blocked pushers when room appears.
+
+use std::os::raw::c_int;
+
+use magnus::scan_args::{get_kwargs, scan_args};
+use magnus::{method, prelude::*, Error, RClass, RHash, RModule, Value};
+
+use crate::errors;
+use crate::queue::{pushers, Queue};
+use crate::sys;
+use crate::wait;
+
+/// NUM2LONG plus stock's "queue size must be positive".
+fn positive_max(vmax: Value) -> Result<usize, Error> {
+    let max = sys::num2long(sys::raw(vmax))?;
+    if max <= 0 {
+        return Err(errors::arg_error("queue size must be positive"));
+    }
+    Ok(max as usize)
+}
+
+fn initialize(rb_self: Value, vmax: Value) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    let max = positive_max(vmax)?;
+    q.state.with(|s| {
+        let s = s.fresh();
+        s.items.clear();
+        s.max = max;
+        s.initialized = true;
+    });
+    Ok(rb_self)
+}
+
+fn max(rb_self: Value) -> Result<usize, Error> {
+    Ok(Queue::get(&rb_self)?.state.with(|s| s.max))
+}
+
+/// `max=`: raising the bound wakes as many blocked pushers as there is new
+/// room. Returns its argument.
+fn set_max(rb_self: Value, vmax: Value) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    let max = positive_max(vmax)?;
+    let room = q.state.with(|s| {
+        let s = s.fresh();
+        let grown = max.saturating_sub(s.max);
+        s.max = max;
+        grown
+    });
+    wait::wake_n(&q.state, pushers, room)?;
+    Ok(vmax)
+}
+
+/// `push(obj, non_block = false, timeout: nil)`.
+fn push(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    let args = scan_args::<(Value,), (Option<Value>,), (), (), RHash, ()>(args)?;
+    let non_block = args.optional.0.is_some_and(|v| v.to_bool());
+    let kw = get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &["timeout"])?;
+    let timeout = kw.optional.0.filter(|v| !v.is_nil());
+    if non_block && timeout.is_some() {
+        return Err(errors::arg_error(
+            "can't set a timeout if non_block is enabled",
+        ));
+    }
+    let timeout = timeout.map(wait::timeout_duration).transpose()?.flatten();
+    q.push_bounded(rb_self, sys::raw(args.required.0), !non_block, timeout)
+}
+
+/// Hot path of `push(obj)`: room available and nobody to wake.
+extern "C" fn push_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
+    let done = std::panic::catch_unwind(|| {
+        if argc != 1 {
+            return None;
+        }
+        let q = sys::typed_ref::<Queue>(&rb_self)?;
+        let v = sys::raw(sys::arg(argc, argv, 0)?);
+        q.state.with(|s| {
+            let plain = s.initialized && !s.closed && s.items.len() < s.max && s.poppers.is_empty();
+            if plain {
+                s.items.push_back(v);
+            }
+            plain.then_some(())
+        })?;
+        sys::write_barrier(sys::raw(rb_self), v);
+        Some(())
+    });
+    match done {
+        Ok(Some(())) => rb_self,
+        _ => sys::call_method_v(method!(push, -1), argc, argv, rb_self),
+    }
+}
+
+pub fn init(module: RModule, queue: RClass) -> Result<RClass, Error> {
+    let class = module.define_class("SizedQueue", queue)?;
+    class.define_method("initialize", method!(initialize, 1))?;
+    class.define_method("max", method!(max, 0))?;
+    class.define_method("max=", method!(set_max, 1))?;
+    class.define_method("push", push_fast as sys::RawMethodV)?;
+    for alias in ["enq", "<<"] {
+        class.define_alias(alias, "push")?;
+    }
+    Ok(class)
+}
