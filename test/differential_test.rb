@@ -6,16 +6,24 @@ require_relative "test_helper"
 # RapidThread::Queue and compares every result, exception class and message.
 class DifferentialTest < RapidThreadTest
   OPS = %i[push pop_nb pop_t0 size empty clear close closed num_waiting push_many shift_nb].freeze
+  SIZED_OPS = (OPS + %i[push_nb push_t0 max set_max set_bad_max]).freeze
 
   def run_program(klass, seed, length)
     rng = Random.new(seed)
-    q = klass.new(Array.new(rng.rand(3)) { |i| "init#{i}" })
+    sized = klass <= Thread::SizedQueue || klass <= RapidThread::SizedQueue
+    ops = sized ? SIZED_OPS : OPS
+    q = sized ? klass.new(1 + rng.rand(4)) : klass.new(Array.new(rng.rand(3)) { |i| "init#{i}" })
     Array.new(length) do |step|
-      op = OPS[rng.rand(OPS.size)]
+      op = ops[rng.rand(ops.size)]
       outcome = begin
         case op
-        when :push then q.push("s#{step}").equal?(q) ? :self : :other
-        when :push_many then 3.times { |i| q << [step, i] } && :ok
+        when :push then sized && q.size >= q.max ? :skip : (q.push("s#{step}").equal?(q) ? :self : :other)
+        when :push_many then sized ? :skip : 3.times { |i| q << [step, i] } && :ok
+        when :push_nb then q.push("nb#{step}", true).equal?(q) ? :self : :other
+        when :push_t0 then (r = q.push("t#{step}", timeout: 0)).equal?(q) ? :self : r
+        when :max then q.max
+        when :set_max then q.max = 1 + rng.rand(4)
+        when :set_bad_max then q.max = -rng.rand(2)
         when :pop_nb then q.pop(true)
         when :shift_nb then q.shift(true)
         when :pop_t0 then q.pop(false) if q.closed? || !q.empty? # blocking only when it cannot block
@@ -27,7 +35,7 @@ class DifferentialTest < RapidThreadTest
         when :num_waiting then q.num_waiting
         end
       rescue StandardError, StopIteration => e
-        [e.class, e.message.gsub(/0x\h+/, "0x").gsub("RapidThread::Queue", "Thread::Queue")]
+        [e.class, e.message.gsub(/0x\h+/, "0x").gsub("RapidThread::", "Thread::")]
       end
       [op, outcome]
     end
@@ -38,6 +46,22 @@ class DifferentialTest < RapidThreadTest
       stock = run_program(Thread::Queue, seed, 60)
       ours = run_program(RapidThread::Queue, seed, 60)
       assert_equal stock, ours, "program with seed #{seed} differs"
+    end
+  end
+
+  def test_random_sized_programs_match_stock
+    # push(timeout:) exists from Ruby 3.2 only; stock 3.1 answers it with a
+    # positional-hash quirk, so those steps compare against the 3.2 rule:
+    # a full queue with timeout 0 returns nil at once.
+    scaled(300).times do |seed|
+      stock = run_program(Thread::SizedQueue, seed, 60)
+      ours = run_program(RapidThread::SizedQueue, seed, 60)
+      stock.zip(ours).each_with_index do |((op, want), (_, got)), i|
+        if op == :push_t0 && RUBY_VERSION < "3.2"
+          want = nil if want == [ThreadError, "queue full"] # 3.1 took {timeout: 0} as non_block
+        end
+        assert_equal want, got, "seed #{seed}, step #{i} (#{op})"
+      end
     end
   end
 

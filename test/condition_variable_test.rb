@@ -1,0 +1,255 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require_relative "support/fiber_scheduler"
+require "monitor"
+
+# RapidThread::ConditionVariable against Ruby 3.1's Thread::ConditionVariable.
+class ConditionVariableTest < RapidThreadTest
+  CV = RapidThread::ConditionVariable
+
+  # Starts a thread that waits on cv under m and records what wait returned.
+  def waiter(cv, m, timeout = nil, log: nil, tag: nil)
+    spawn_thread do
+      m.synchronize do
+        r = timeout ? cv.wait(m, timeout) : cv.wait(m)
+        log << tag if log
+        [r, m.owned?]
+      end
+    end
+  end
+
+  def wait_for_sleepers(*threads)
+    wait_until { threads.all? { |t| t.status == "sleep" || t.stop? } }
+  end
+
+  def test_signal_wakes_a_waiter_holding_the_mutex_again
+    m = Thread::Mutex.new
+    cv = CV.new
+    t = waiter(cv, m)
+    wait_for_sleepers(t)
+    assert_same cv, m.synchronize { cv.signal }
+    r, owned = t.value
+    assert owned, "the mutex is re-acquired before wait returns"
+    assert_kind_of Integer, r, "wait returns what Mutex#sleep returns"
+  end
+
+  def test_signal_is_fifo_and_broadcast_wakes_all
+    m = Thread::Mutex.new
+    cv = CV.new
+    log = []
+    threads = Array.new(3) do |i|
+      t = waiter(cv, m, log: log, tag: i)
+      wait_for_sleepers(t)
+      t
+    end
+    m.synchronize { cv.signal }
+    wait_until { log.size == 1 }
+    m.synchronize { cv.signal }
+    wait_until { log.size == 2 }
+    assert_equal [0, 1], log
+    more = Array.new(2) { |i| waiter(cv, m, log: log, tag: 10 + i) }
+    wait_for_sleepers(*more)
+    assert_same cv, m.synchronize { cv.broadcast }
+    (threads + more).each(&:join)
+    assert_equal [0, 1, 2, 10, 11], log.take(2) + log.drop(2).sort
+  end
+
+  def test_signal_and_broadcast_without_waiters
+    cv = CV.new
+    assert_same cv, cv.signal
+    assert_same cv, cv.broadcast
+  end
+
+  def test_wait_with_timeout_returns_after_the_timeout
+    m = Thread::Mutex.new
+    cv = CV.new
+    t0 = now
+    r = m.synchronize { cv.wait(m, 0.05) }
+    assert_operator now - t0, :>=, 0.05
+    assert_kind_of Integer, r
+    assert m.synchronize { true }
+    stock = Thread::ConditionVariable.new
+    [-1, "x", :sym].each do |bad|
+      assert_equal error_of { m.synchronize { stock.wait(m, bad) } }, error_of { m.synchronize { cv.wait(m, bad) } }
+    end
+  end
+
+  def test_wait_argument_and_ownership_errors_match_stock
+    stock = Thread::ConditionVariable.new
+    ours = CV.new
+    [
+      ->(cv) { cv.wait },
+      ->(cv) { cv.wait(Thread::Mutex.new, 1, 2) },
+      ->(cv) { cv.wait(Thread::Mutex.new) },
+      ->(cv) { cv.wait(Object.new) },
+      ->(cv) { cv.signal(1) },
+      ->(cv) { Marshal.dump(cv) },
+      ->(cv) { cv.dup },
+    ].each_with_index do |call, i|
+      assert_equal error_of { call.(stock) }, error_of { call.(ours) }, "case #{i}"
+    end
+  end
+
+  def test_works_with_any_object_that_responds_to_sleep
+    m = Thread::Mutex.new
+    sleeper = Object.new
+    sleeper.define_singleton_method(:sleep) do |timeout|
+      m.sleep(timeout)
+      :custom_result
+    end
+    cv = CV.new
+    t = spawn_thread { m.synchronize { cv.wait(sleeper) } }
+    wait_for_sleepers(t)
+    m.synchronize { cv.signal }
+    assert_equal :custom_result, t.value
+  end
+
+  def test_monitor_producer_consumer_on_our_condvar
+    # MonitorMixin::ConditionVariable is built on Thread::ConditionVariable;
+    # point it at ours for this monitor.
+    mon = Monitor.new
+    items = []
+    not_empty = mon.new_cond
+    not_empty.instance_variable_set(:@cond, CV.new)
+    n = scaled(2000)
+    consumer = spawn_thread do
+      got = []
+      while got.size < n
+        mon.synchronize do
+          not_empty.wait_while { items.empty? }
+          got << items.shift
+        end
+      end
+      got
+    end
+    n.times do |i|
+      mon.synchronize do
+        items << i
+        not_empty.signal
+      end
+    end
+    assert_equal (0...n).to_a, consumer.value
+  end
+
+  def test_interrupted_waiters_leave_and_hold_the_mutex
+    m = Thread::Mutex.new
+    cv = CV.new
+    results = Thread::Queue.new
+    make = lambda do
+      spawn_thread do
+        m.synchronize do
+          cv.wait(m)
+        rescue IOError, Timeout::Error => e
+          results << [e.class, m.owned?]
+          raise
+        end
+      end
+    end
+    raised = make.()
+    wait_for_sleepers(raised)
+    raised.raise(IOError)
+    assert_equal [IOError, true], results.pop
+    killed = make.()
+    wait_for_sleepers(killed)
+    killed.kill
+    assert killed.join(10)
+    refute m.locked?, "a killed waiter releases the mutex through synchronize"
+    timed = spawn_thread do
+      m.synchronize do
+        Timeout.timeout(0.05) { cv.wait(m) }
+      rescue Timeout::Error
+        m.owned?
+      end
+    end
+    assert timed.value
+    # Nobody is left on the wait list: a signal now wakes a new waiter.
+    fresh = waiter(cv, m)
+    wait_for_sleepers(fresh)
+    m.synchronize { cv.signal }
+    assert fresh.value.last
+  end
+
+  def test_a_chosen_waiter_that_is_interrupted_passes_the_signal_on
+    scaled(30).times do
+      m = Thread::Mutex.new
+      cv = CV.new
+      a = waiter(cv, m)
+      wait_for_sleepers(a)
+      b = waiter(cv, m)
+      wait_for_sleepers(b)
+      m.synchronize do
+        cv.signal
+        a.raise(IOError) # a is chosen but has not run yet: it holds no mutex
+      end
+      a_outcome = begin
+        a.value && :woke
+      rescue IOError
+        :raised
+      end
+      if a_outcome == :raised
+        assert b.join(10), "b must get the signal a could not use"
+      else
+        m.synchronize { cv.signal }
+        b.join(10)
+      end
+      refute b.alive?
+    end
+  end
+
+  def test_lone_wait_is_a_deadlock
+    _out, err, status = run_ruby("m = Thread::Mutex.new; m.synchronize { RapidThread::ConditionVariable.new.wait(m) }")
+    refute status.success?
+    assert_match(/No live threads left. Deadlock\?/, err)
+  end
+
+  def test_fork_forgets_waiters
+    skip "fork unavailable" unless Process.respond_to?(:fork)
+    m = Thread::Mutex.new
+    cv = CV.new
+    t = waiter(cv, m)
+    wait_for_sleepers(t)
+    pid = fork do
+      cv.signal # must not touch the parent's (absent) waiter
+      r = Thread::Mutex.new.then { |m2| m2.synchronize { cv.wait(m2, 0.01) } }
+      exit!(r.is_a?(Integer) ? 0 : 1)
+    end
+    Process.wait(pid)
+    assert $?.success?
+    m.synchronize { cv.signal }
+    assert t.value.last
+  end
+
+  def test_fiber_scheduler_wait_blocks_the_fiber
+    m = Thread::Mutex.new
+    cv = CV.new
+    log = []
+    Thread.new do
+      Fiber.set_scheduler(TestFiberScheduler.new)
+      Fiber.schedule { m.synchronize { cv.wait(m); log << :woken } }
+      Fiber.schedule { m.synchronize { log << :signalling; cv.signal } }
+    end.join
+    assert_equal %i[signalling woken], log
+  end
+
+  def test_many_waiters_time_out_and_leave
+    m = Thread::Mutex.new
+    cv = CV.new
+    threads = Array.new(scaled(200)) { waiter(cv, m, 0.05) }
+    threads.each(&:join)
+    assert threads.all? { |t| t.value.last }
+    fresh = waiter(cv, m)
+    wait_for_sleepers(fresh)
+    m.synchronize { cv.signal }
+    assert fresh.join(10)
+  end
+
+  private
+
+  def error_of
+    yield
+    :no_error
+  rescue Exception => e # rubocop:disable Lint/RescueException
+    [e.class, e.message.lines.first.chomp.gsub(/0x\h+/, "0x").gsub(/(Rapid)?Thread::ConditionVariable/, "CV")]
+  end
+end
