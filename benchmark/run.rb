@@ -25,6 +25,7 @@ OptionParser.new do |o|
   o.on("--scale S", Float) { |v| opts[:scale] = v }
   o.on("--modes LIST") { |v| opts[:modes] = v.split(",") }
   o.on("--json PATH") { |v| opts[:json] = v }
+  o.on("--chart PATH", "SVG bar chart of the speedups (default: beside the JSON)") { |v| opts[:chart] = v }
 end.parse!
 
 all = Dir[File.join(DIR, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl probe run]
@@ -95,5 +96,37 @@ machine = {
 require "fileutils"
 FileUtils.mkdir_p(File.dirname(opts[:json]))
 File.write(opts[:json], JSON.pretty_generate(machine: machine, results: rows))
+# A small SVG bar chart: one bar per benchmark and mode, log scale so that
+# 1.1x and 40x both read; the 1.0x line is drawn.
+def svg_chart(rows, title)
+  bar_h = 16
+  gap = 6
+  left = 210
+  width = 760
+  plot_w = width - left - 70
+  max = [rows.map { |r| r[:speedup] }.max || 1, 2].max
+  scale = ->(x) { (Math.log10([x, 0.1].max) - Math.log10(0.5)) / (Math.log10(max * 1.2) - Math.log10(0.5)) * plot_w }
+  height = 50 + rows.size * (bar_h + gap) + 30
+  out = +%(<svg xmlns="http://www.w3.org/2000/svg" width="#{width}" height="#{height}" font-family="sans-serif" font-size="12">\n)
+  out << %(<rect width="100%" height="100%" fill="white"/>\n<text x="10" y="20" font-size="14" font-weight="bold">#{title}</text>\n)
+  rows.each_with_index do |r, i|
+    y = 40 + i * (bar_h + gap)
+    color = r[:mode] == "pinned" ? "#e08a2c" : "#2c6fe0"
+    color = "#c0392b" if r[:speedup] < 1
+    out << %(<text x="#{left - 6}" y="#{y + 12}" text-anchor="end">#{r[:name]} (#{r[:mode]})</text>\n)
+    out << %(<rect x="#{left}" y="#{y}" width="#{scale.(r[:speedup]).round(1)}" height="#{bar_h}" fill="#{color}"/>\n)
+    out << %(<text x="#{left + scale.(r[:speedup]) + 4}" y="#{y + 12}">#{format('%.2fx', r[:speedup])}</text>\n)
+  end
+  one = left + scale.(1.0)
+  bottom = 40 + rows.size * (bar_h + gap)
+  out << %(<line x1="#{one}" y1="32" x2="#{one}" y2="#{bottom}" stroke="black" stroke-dasharray="4 3"/>\n)
+  out << %(<text x="#{one}" y="#{bottom + 16}" text-anchor="middle">1.0x (stock)</text>\n)
+  out << %(<text x="#{width - 10}" y="#{bottom + 16}" text-anchor="end" fill="#555">blue: unpinned, orange: pinned (taskset -c 0); log scale</text>\n)
+  out << "</svg>\n"
+end
+
+chart = opts[:chart] || opts[:json].sub(/\.json\z/, "") + ".svg"
+File.write(chart, svg_chart(rows, "rapid_thread speedup over stock Ruby #{RUBY_VERSION} (stock time / gem time)"))
+
 puts "\n#{opts[:rounds]} interleaved rounds (stock, gem, stock, gem, ...); medians (min–max). " \
-     "#{machine[:cpu]}, #{machine[:cores]} cores, #{RUBY_VERSION}. Raw figures: #{opts[:json]}"
+     "#{machine[:cpu]}, #{machine[:cores]} cores, #{RUBY_VERSION}. Raw figures: #{opts[:json]}, chart: #{chart}"

@@ -60,7 +60,7 @@ class DifferentialTest < RapidThreadTest
         if op == :push_t0 && RUBY_VERSION < "3.2"
           want = nil if want == [ThreadError, "queue full"] # 3.1 took {timeout: 0} as non_block
         end
-        assert_equal want, got, "seed #{seed}, step #{i} (#{op})"
+        assert_equal [want], [got], "seed #{seed}, step #{i} (#{op})"
       end
     end
   end

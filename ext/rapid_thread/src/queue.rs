@@ -361,8 +361,14 @@ extern "C" fn push_fast(rb_self: Value, obj: Value) -> Value {
     });
     match done {
         Ok(Some(())) => rb_self,
-        _ => sys::call_method1(method!(push, 1), rb_self, obj),
+        _ => push_slow(rb_self, obj),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn push_slow(rb_self: Value, obj: Value) -> Value {
+    sys::call_method1(method!(push, 1), rb_self, obj)
 }
 
 /// Hot path of `pop` / `shift` / `deq` with no arguments and an item ready
@@ -383,8 +389,14 @@ extern "C" fn pop_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value
     });
     match item {
         Ok(Some(v)) => sys::value(v),
-        _ => sys::call_method_v(method!(pop, -1), argc, argv, rb_self),
+        _ => pop_slow(argc, argv, rb_self),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn pop_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
+    sys::call_method_v(method!(pop, -1), argc, argv, rb_self)
 }
 
 fn close(rb_self: Value) -> Result<Value, Error> {

@@ -90,8 +90,14 @@ extern "C" fn push_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Valu
     });
     match done {
         Ok(Some(())) => rb_self,
-        _ => sys::call_method_v(method!(push, -1), argc, argv, rb_self),
+        _ => push_slow(argc, argv, rb_self),
     }
+}
+
+#[cold]
+#[inline(never)]
+fn push_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
+    sys::call_method_v(method!(push, -1), argc, argv, rb_self)
 }
 
 pub fn init(module: RModule, queue: RClass) -> Result<RClass, Error> {

@@ -2,7 +2,7 @@
 # queue while the main thread counts for a fixed time. Idle waiters must
 # not slow the running thread. Prints the count (higher is better).
 #   IDLE_WAITERS=N (default 1000), IDLE_SECONDS (default 1.0)
-require_relative "impl"
+require_relative "../impl"
 
 n = Integer(ENV.fetch("IDLE_WAITERS", "1000"))
 seconds = Float(ENV.fetch("IDLE_SECONDS", "1.0"))

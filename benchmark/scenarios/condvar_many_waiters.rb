@@ -1,0 +1,56 @@
+# O(1) waiter removal: N threads wait on one condition variable; we then
+#  * signal K of them one at a time (each must wake and leave the list), and
+#  * interrupt K others at random positions with Thread#raise (each removes
+#    itself from the middle of the list),
+# and report microseconds per wake-up and per removal. With an O(1) list the
+# figures stay flat from 100 to 10,000 waiters.
+#   ruby benchmark/scenarios/condvar_many_waiters.rb [N ...]   (default 100 10000)
+#   RAPID_THREAD_BENCH_IMPL=stock|gem, ROUNDS (K, default 200)
+require_relative "../impl"
+
+def measure(n, k)
+  m = Thread::Mutex.new
+  cv = BenchImpl::ConditionVariable.new
+  ready = 0
+  woke = 0
+  threads = Array.new(n) do
+    Thread.new do
+      m.synchronize do
+        ready += 1
+        cv.wait(m)
+        woke += 1
+      end
+    rescue IOError
+      m.synchronize { woke += 1 }
+    end
+  end
+  # ready == n under the mutex means every thread is inside cv.wait.
+  Thread.pass until m.synchronize { ready == n }
+  Thread.pass until threads.all? { |t| t.status == "sleep" }
+
+  t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  k.times do |i|
+    m.synchronize { cv.signal }
+    Thread.pass until m.synchronize { woke == i + 1 }
+  end
+  signal_us = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1e6 / k
+
+  rng = Random.new(1)
+  victims = threads.select(&:alive?).sample(k, random: rng)
+  t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  victims.each_with_index do |t, i|
+    t.raise(IOError)
+    Thread.pass until m.synchronize { woke == k + i + 1 }
+  end
+  remove_us = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1e6 / k
+
+  m.synchronize { cv.broadcast }
+  threads.each(&:join)
+  [signal_us, remove_us]
+end
+
+k = Integer(ENV.fetch("ROUNDS", "200"))
+(ARGV.empty? ? [100, 10_000] : ARGV.map { |a| Integer(a) }).each do |n|
+  signal_us, remove_us = measure(n, k)
+  puts format("%s waiters=%d signal_us=%.1f remove_us=%.1f", BenchImpl::NAME, n, signal_us, remove_us)
+end
