@@ -11,17 +11,24 @@ require_relative "../impl"
 def measure(n, k)
   m = Thread::Mutex.new
   cv = BenchImpl::ConditionVariable.new
+  parked = BenchImpl::ConditionVariable.new # woken threads wait here, so no
+  finished = false                            # thread exits while we measure
   ready = 0
   woke = 0
+  done = {}
   threads = Array.new(n) do
     Thread.new do
       m.synchronize do
         ready += 1
-        cv.wait(m)
+        begin
+          cv.wait(m)
+        rescue IOError
+          nil
+        end
         woke += 1
+        done[Thread.current] = true
+        parked.wait(m) until finished
       end
-    rescue IOError
-      m.synchronize { woke += 1 }
     end
   end
   # ready == n under the mutex means every thread is inside cv.wait.
@@ -30,7 +37,7 @@ def measure(n, k)
   # A burst of N waits settles before we measure steady-state wake-ups:
   # with rapid_thread each new waiter spins up to 100 us and then needs the
   # GVL once more to go to sleep (docs/design.md). Same pause for both.
-  sleep 0.5 + n * 0.0001
+  sleep Float(ENV.fetch("SETTLE", (0.5 + n * 0.0001).to_s))
 
   t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
   k.times do |i|
@@ -40,7 +47,7 @@ def measure(n, k)
   signal_us = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1e6 / k
 
   rng = Random.new(1)
-  victims = threads.select(&:alive?).sample(k, random: rng)
+  victims = m.synchronize { threads.reject { |t| done[t] } }.sample(k, random: rng)
   t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
   victims.each_with_index do |t, i|
     t.raise(IOError)
@@ -48,7 +55,11 @@ def measure(n, k)
   end
   remove_us = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1e6 / k
 
-  m.synchronize { cv.broadcast }
+  m.synchronize do
+    finished = true
+    cv.broadcast
+    parked.broadcast
+  end
   threads.each(&:join)
   [signal_us, remove_us]
 end
