@@ -26,6 +26,7 @@ OptionParser.new do |o|
   o.on("--modes LIST") { |v| opts[:modes] = v.split(",") }
   o.on("--json PATH") { |v| opts[:json] = v }
   o.on("--chart PATH", "SVG bar chart of the speedups (default: beside the JSON)") { |v| opts[:chart] = v }
+  o.on("--from-json PATH", "re-print the table and re-draw the chart of a saved run") { |v| opts[:from] = v }
 end.parse!
 
 all = Dir[File.join(DIR, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl probe run]
@@ -50,33 +51,48 @@ def run_one(name, impl, mode, scale)
   end
 end
 
-started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-results = {}
-names.each do |name|
-  opts[:modes].each do |mode|
-    runs = Hash.new { |h, k| h[k] = [] }
-    opts[:rounds].times do |r|
-      IMPLS.each do |impl|
-        elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-        $stderr.print format("\r[%7.1fs] %-24s %-8s round %d/%d %-5s ", elapsed, name, mode, r + 1, opts[:rounds], impl)
-        runs[impl] << run_one(name, impl, mode, opts[:scale])
+if opts[:from]
+  saved = JSON.parse(File.read(opts[:from]), symbolize_names: true)
+  rows = saved[:results]
+  machine = saved[:machine]
+  opts[:rounds] = machine[:rounds]
+else
+  started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+  results = {}
+  names.each do |name|
+    opts[:modes].each do |mode|
+      runs = Hash.new { |h, k| h[k] = [] }
+      opts[:rounds].times do |r|
+        IMPLS.each do |impl|
+          elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+          $stderr.print format("\r[%7.1fs] %-24s %-8s round %d/%d %-5s ", elapsed, name, mode, r + 1, opts[:rounds], impl)
+          runs[impl] << run_one(name, impl, mode, opts[:scale])
+        end
       end
+      results[[name, mode]] = runs
     end
-    results[[name, mode]] = runs
   end
-end
-$stderr.puts
+  $stderr.puts
 
-def stats(runs, key)
-  xs = runs.map { |r| r[key] }
-  { median: median(xs), min: xs.min, max: xs.max }
-end
+  def stats(runs, key)
+    xs = runs.map { |r| r[key] }
+    { median: median(xs), min: xs.min, max: xs.max }
+  end
 
-rows = results.map do |(name, mode), runs|
-  s = IMPLS.to_h { |i| [i, { wall: stats(runs[i], :wall), cpu: stats(runs[i], :cpu), rss_kb: stats(runs[i], :rss_kb) }] }
-  { name: name, mode: mode, stock: s["stock"], gem: s["gem"],
-    speedup: s["stock"][:wall][:median] / s["gem"][:wall][:median],
-    cpu_ratio: s["stock"][:cpu][:median] / [s["gem"][:cpu][:median], 1e-9].max, raw: runs }
+  rows = results.map do |(name, mode), runs|
+    s = IMPLS.to_h { |i| [i, { wall: stats(runs[i], :wall), cpu: stats(runs[i], :cpu), rss_kb: stats(runs[i], :rss_kb) }] }
+    { name: name, mode: mode, stock: s["stock"], gem: s["gem"],
+      speedup: s["stock"][:wall][:median] / s["gem"][:wall][:median],
+      cpu_ratio: s["stock"][:cpu][:median] / [s["gem"][:cpu][:median], 1e-9].max, raw: runs }
+  end
+  machine = {
+    cpu: File.read("/proc/cpuinfo")[/^model name\s*:\s*(.+)$/, 1], cores: Etc.nprocessors,
+    ruby: RUBY_DESCRIPTION, gem_version: File.read(File.join(DIR, "../lib/rapid_thread/version.rb"))[/"(.+)"/, 1],
+    date: Time.now.utc.iso8601, rounds: opts[:rounds], scale: opts[:scale]
+  }
+  require "fileutils"
+  FileUtils.mkdir_p(File.dirname(opts[:json]))
+  File.write(opts[:json], JSON.pretty_generate(machine: machine, results: rows))
 end
 
 fmt = ->(st) { format("%.3f (%.3f–%.3f)", st[:median], st[:min], st[:max]) }
@@ -88,21 +104,13 @@ rows.each do |r|
               r[:stock][:rss_kb][:median] / 1024.0, r[:gem][:rss_kb][:median] / 1024.0)
 end
 
-machine = {
-  cpu: File.read("/proc/cpuinfo")[/^model name\s*:\s*(.+)$/, 1], cores: Etc.nprocessors,
-  ruby: RUBY_DESCRIPTION, gem_version: File.read(File.join(DIR, "../lib/rapid_thread/version.rb"))[/"(.+)"/, 1],
-  date: Time.now.utc.iso8601, rounds: opts[:rounds], scale: opts[:scale]
-}
-require "fileutils"
-FileUtils.mkdir_p(File.dirname(opts[:json]))
-File.write(opts[:json], JSON.pretty_generate(machine: machine, results: rows))
 # A small SVG bar chart: one bar per benchmark and mode, log scale so that
 # 1.1x and 40x both read; the 1.0x line is drawn.
 def svg_chart(rows, title)
   bar_h = 16
   gap = 6
-  left = 210
-  width = 760
+  left = 280
+  width = 840
   plot_w = width - left - 70
   max = [rows.map { |r| r[:speedup] }.max || 1, 2].max
   scale = ->(x) { (Math.log10([x, 0.1].max) - Math.log10(0.5)) / (Math.log10(max * 1.2) - Math.log10(0.5)) * plot_w }

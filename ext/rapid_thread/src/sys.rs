@@ -348,7 +348,7 @@ impl WaitList {
     ///
     /// # Safety
     /// `w` must stay at its address until `leave` has been called for it.
-    pub unsafe fn enter(&mut self, w: &Waiter) {
+    unsafe fn enter(&mut self, w: &Waiter) {
         debug_assert!(!w.linked.get());
         w.prev.set(self.tail);
         w.next.set(ptr::null());
@@ -393,7 +393,7 @@ impl WaitList {
 
     /// Deregisters `w`: unlinks it if still linked (O(1)) and drops it
     /// from the waiting count. Called on every exit path of a wait.
-    pub fn leave(&mut self, w: &Waiter) {
+    fn leave(&mut self, w: &Waiter) {
         if w.linked.get() {
             self.unlink(w);
         }
@@ -405,6 +405,34 @@ impl WaitList {
     pub fn forget_all(&mut self) {
         *self = WaitList::default();
     }
+}
+
+/// Runs `body` with `w` enlisted on the list chosen by `list`, and takes it
+/// off again (and out of the waiting count) on every path out, including a
+/// panic: the only way a waiter enters a list, so a list never points at a
+/// dead stack frame.
+pub fn while_enlisted<S, R>(
+    cell: &GvlCell<S>,
+    list: fn(&mut S) -> &mut WaitList,
+    w: &Waiter,
+    body: impl FnOnce() -> R,
+) -> R {
+    struct Leave<'a, S> {
+        cell: &'a GvlCell<S>,
+        list: fn(&mut S) -> &mut WaitList,
+        w: &'a Waiter,
+    }
+    impl<S> Drop for Leave<'_, S> {
+        fn drop(&mut self) {
+            self.cell.with(|s| (self.list)(s).leave(self.w));
+        }
+    }
+    // SAFETY (contract of `enter`): `w` is borrowed for this whole call and
+    // the guard, which this function owns and nobody can forget, calls
+    // `leave` before it returns or unwinds.
+    cell.with(|s| unsafe { list(s).enter(w) });
+    let _leave = Leave { cell, list, w };
+    body()
 }
 
 // ---------------------------------------------------------------------------

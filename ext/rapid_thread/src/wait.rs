@@ -42,24 +42,8 @@ pub fn enlisted<S, R>(
     blocker: VALUE,
     wait: impl FnOnce(&Waiter) -> Result<R, Error>,
 ) -> Parked<R> {
-    struct Leave<'a, S> {
-        cell: &'a GvlCell<S>,
-        list: fn(&mut S) -> &mut WaitList,
-        w: &'a Waiter,
-    }
-    impl<S> Drop for Leave<'_, S> {
-        fn drop(&mut self) {
-            self.cell.with(|s| (self.list)(s).leave(self.w));
-        }
-    }
-
     let w = Waiter::current(blocker);
-    // SAFETY (contract of `enter`): `w` stays on this frame until the guard
-    // below calls `leave`, on every path including a panic.
-    cell.with(|s| unsafe { list(s).enter(&w) });
-    let guard = Leave { cell, list, w: &w };
-    let result = wait(&w);
-    drop(guard);
+    let result = sys::while_enlisted(cell, list, &w, || wait(&w));
     Parked {
         signaled: w.signaled(),
         result,
