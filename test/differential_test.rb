@@ -35,7 +35,7 @@ class DifferentialTest < RapidThreadTest
         when :num_waiting then q.num_waiting
         end
       rescue StandardError, StopIteration => e
-        [e.class, e.message.gsub(/0x\h+/, "0x").gsub("RapidThread::", "Thread::")]
+        [e.class, normalize_message(e.message)]
       end
       [op, outcome]
     end
@@ -97,6 +97,6 @@ class DifferentialTest < RapidThreadTest
     r = yield
     r.is_a?(Thread::Queue) || r.is_a?(RapidThread::Queue) ? :queue : r
   rescue Exception => e # rubocop:disable Lint/RescueException
-    [e.class, e.message.lines.first.chomp.gsub(/0x\h+/, "0x").gsub("RapidThread::Queue", "Thread::Queue")]
+    [e.class, normalize_message(e.message)]
   end
 end

@@ -59,6 +59,27 @@ module RapidThreadTestHelpers
     t
   end
 
+  # [class, first line of the message] of what the block raises (:no_error
+  # if nothing), with addresses and our namespace normalised so that stock's
+  # errors and ours compare equal.
+  def error_of
+    yield
+    :no_error
+  rescue Exception => e # rubocop:disable Lint/RescueException
+    [e.class, normalize_message(e.message)]
+  end
+
+  def normalize_message(msg)
+    msg.lines.first.to_s.chomp.gsub(/0x\h+/, "0x").gsub("RapidThread::", "Thread::")
+  end
+
+  # Runs `code` alone in a child process and expects Ruby's deadlock fatal.
+  def assert_deadlocks(code)
+    _out, err, status = run_ruby(code)
+    refute status.success?, "expected a deadlock, got #{status.inspect}"
+    assert_match(/No live threads left. Deadlock\?/, err)
+  end
+
   # Runs Ruby code in a child process with the gem on the load path.
   # Returns [stdout, stderr, status].
   def run_ruby(code, timeout: 30)

@@ -294,8 +294,17 @@ impl Queue {
 /// Parses `(non_block = false, timeout: nil)` as Ruby 3.2 does.
 pub fn pop_args(args: &[Value]) -> Result<(bool, Option<Duration>), Error> {
     let args = scan_args::<(), (Option<Value>,), (), (), RHash, ()>(args)?;
-    let non_block = args.optional.0.is_some_and(|v| v.to_bool());
-    let kw = get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &["timeout"])?;
+    block_and_timeout(args.optional.0, args.keywords)
+}
+
+/// The `non_block` flag and `timeout:` keyword shared by `pop` and
+/// SizedQueue#push (Ruby 3.2's thread_sync.rb), with its ArgumentError.
+pub fn block_and_timeout(
+    non_block: Option<Value>,
+    keywords: RHash,
+) -> Result<(bool, Option<Duration>), Error> {
+    let non_block = non_block.is_some_and(|v| v.to_bool());
+    let kw = get_kwargs::<_, (), (Option<Value>,), ()>(keywords, &[], &["timeout"])?;
     let timeout = kw.optional.0.filter(|v| !v.is_nil());
     if non_block && timeout.is_some() {
         return Err(errors::arg_error(
@@ -306,6 +315,27 @@ pub fn pop_args(args: &[Value]) -> Result<(bool, Option<Duration>), Error> {
         non_block,
         timeout.map(wait::timeout_duration).transpose()?.flatten(),
     ))
+}
+
+/// The hot path of every push: append `v` when that is all there is to do
+/// (initialized, open, room left, no popper to wake) and say whether it did.
+/// Skipping `fresh()` is fine: it only matters once a wait list is
+/// non-empty, and then the caller takes the full method.
+#[inline(always)]
+pub fn try_append(rb_self: &Value, v: VALUE) -> Option<()> {
+    let q = sys::typed_ref::<Queue>(rb_self)?;
+    q.state.with(|s| {
+        let plain = s.initialized
+            && !s.closed
+            && (s.max == 0 || s.items.len() < s.max)
+            && s.poppers.is_empty();
+        if plain {
+            s.items.push_back(v);
+        }
+        plain.then_some(())
+    })?;
+    sys::write_barrier(sys::raw(*rb_self), v);
+    Some(())
 }
 
 // --- Ruby methods ---------------------------------------------------------
@@ -341,25 +371,10 @@ fn pop(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     q.pop_impl(rb_self, !non_block, timeout)
 }
 
-/// Hot path of `push`: a plain append with nobody to wake. Everything else
-/// (errors, waking a popper) goes through the full magnus-wrapped `push`.
-/// Skipping `fresh()` is fine: it only matters once a wait list is
-/// non-empty, and then the slow path runs.
+/// Hot path of `push`: see `try_append`; everything else (errors, waking a
+/// popper) goes through the full magnus-wrapped `push`.
 extern "C" fn push_fast(rb_self: Value, obj: Value) -> Value {
-    let done = std::panic::catch_unwind(|| {
-        let q = sys::typed_ref::<Queue>(&rb_self)?;
-        let v = sys::raw(obj);
-        q.state.with(|s| {
-            let plain = s.initialized && !s.closed && s.max == 0 && s.poppers.is_empty();
-            if plain {
-                s.items.push_back(v);
-            }
-            plain.then_some(())
-        })?;
-        sys::write_barrier(sys::raw(rb_self), v);
-        Some(())
-    });
-    match done {
+    match std::panic::catch_unwind(|| try_append(&rb_self, sys::raw(obj))) {
         Ok(Some(())) => rb_self,
         _ => push_slow(rb_self, obj),
     }

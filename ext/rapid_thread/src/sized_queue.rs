@@ -6,11 +6,11 @@
 
 use std::os::raw::c_int;
 
-use magnus::scan_args::{get_kwargs, scan_args};
+use magnus::scan_args::scan_args;
 use magnus::{method, prelude::*, Error, RClass, RHash, RModule, Value};
 
 use crate::errors;
-use crate::queue::{pushers, Queue};
+use crate::queue::{self, pushers, Queue};
 use crate::sys;
 use crate::wait;
 
@@ -58,37 +58,17 @@ fn set_max(rb_self: Value, vmax: Value) -> Result<Value, Error> {
 fn push(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let q = Queue::get(&rb_self)?;
     let args = scan_args::<(Value,), (Option<Value>,), (), (), RHash, ()>(args)?;
-    let non_block = args.optional.0.is_some_and(|v| v.to_bool());
-    let kw = get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &["timeout"])?;
-    let timeout = kw.optional.0.filter(|v| !v.is_nil());
-    if non_block && timeout.is_some() {
-        return Err(errors::arg_error(
-            "can't set a timeout if non_block is enabled",
-        ));
-    }
-    let timeout = timeout.map(wait::timeout_duration).transpose()?.flatten();
+    let (non_block, timeout) = queue::block_and_timeout(args.optional.0, args.keywords)?;
     q.push_bounded(rb_self, sys::raw(args.required.0), !non_block, timeout)
 }
 
-/// Hot path of `push(obj)`: room available and nobody to wake.
+/// Hot path of `push(obj)`: see `queue::try_append`.
 extern "C" fn push_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
-    let done = std::panic::catch_unwind(|| {
-        if argc != 1 {
-            return None;
-        }
-        let q = sys::typed_ref::<Queue>(&rb_self)?;
-        let v = sys::raw(sys::arg(argc, argv, 0)?);
-        q.state.with(|s| {
-            let plain = s.initialized && !s.closed && s.items.len() < s.max && s.poppers.is_empty();
-            if plain {
-                s.items.push_back(v);
-            }
-            plain.then_some(())
-        })?;
-        sys::write_barrier(sys::raw(rb_self), v);
-        Some(())
+    let appended = std::panic::catch_unwind(|| {
+        let obj = sys::arg(argc, argv, 0).filter(|_| argc == 1)?;
+        queue::try_append(&rb_self, sys::raw(obj))
     });
-    match done {
+    match appended {
         Ok(Some(())) => rb_self,
         _ => push_slow(argc, argv, rb_self),
     }
