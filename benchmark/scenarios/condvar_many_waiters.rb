@@ -39,12 +39,15 @@ def measure(n, k)
   # GVL once more to go to sleep (docs/design.md). Same pause for both.
   sleep Float(ENV.fetch("SETTLE", (0.5 + n * 0.0001).to_s))
 
+  $stderr.puts "measuring #{n}" if ENV["MARK"]
+  gc0 = GC.count
   t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
   k.times do |i|
     m.synchronize { cv.signal }
     Thread.pass until m.synchronize { woke == i + 1 }
   end
   signal_us = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1e6 / k
+  gc_signal = GC.count - gc0
 
   rng = Random.new(1)
   victims = m.synchronize { threads.reject { |t| done[t] } }.sample(k, random: rng)
@@ -54,6 +57,7 @@ def measure(n, k)
     Thread.pass until m.synchronize { woke == k + i + 1 }
   end
   remove_us = (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0) * 1e6 / k
+  gc_remove = GC.count - gc0 - gc_signal
 
   m.synchronize do
     finished = true
@@ -61,12 +65,13 @@ def measure(n, k)
     parked.broadcast
   end
   threads.each(&:join)
-  [signal_us, remove_us]
+  [signal_us, remove_us, gc_signal, gc_remove]
 end
 
 rounds = Integer(ENV.fetch("ROUNDS", "200"))
 (ARGV.empty? ? [100, 10_000] : ARGV.map { |a| Integer(a) }).each do |n|
   k = [rounds, n / 4].min # leave waiters behind: removals come from the middle
-  signal_us, remove_us = measure(n, k)
-  puts format("%s waiters=%d signal_us=%.1f remove_us=%.1f", BenchImpl::NAME, n, signal_us, remove_us)
+  signal_us, remove_us, gc_signal, gc_remove = measure(n, k)
+  puts format("%s waiters=%d signal_us=%.1f remove_us=%.1f (GC runs while signalling: %d, removing: %d)",
+              BenchImpl::NAME, n, signal_us, remove_us, gc_signal, gc_remove)
 end
