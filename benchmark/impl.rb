@@ -4,13 +4,14 @@
 # is identical for both; only the classes it is given differ.
 #   RAPID_THREAD_BENCH_IMPL=stock  -> Thread::Queue, ...
 #   RAPID_THREAD_BENCH_IMPL=gem    -> RapidThread::Queue, ...
+#   RAPID_THREAD_BENCH_IMPL=stock-b -> stock again (benchmark/run.rb --control)
 # BENCH_SCALE (default 1.0) shrinks iteration counts for quick/smoke runs.
 module BenchImpl
   NAME = ENV.fetch("RAPID_THREAD_BENCH_IMPL", "stock")
   SCALE = Float(ENV.fetch("BENCH_SCALE", "1"))
 
   case NAME
-  when "stock"
+  when "stock", "stock-b" # stock-b: the second side of an A/A control run
     Queue = ::Thread::Queue
     SizedQueue = ::Thread::SizedQueue
     ConditionVariable = ::Thread::ConditionVariable

@@ -27,12 +27,15 @@ OptionParser.new do |o|
   o.on("--json PATH") { |v| opts[:json] = v }
   o.on("--chart PATH", "SVG bar chart of the speedups (default: beside the JSON)") { |v| opts[:chart] = v }
   o.on("--from-json PATH", "re-print the table and re-draw the chart of a saved run") { |v| opts[:from] = v }
+  o.on("--control", "A/A run: stock against stock, the noise floor for every ratio") { opts[:control] = true }
 end.parse!
 
 all = Dir[File.join(DIR, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl probe run]
 names = ARGV.empty? ? all.sort : ARGV
 names.each { |n| abort "no benchmark #{n} (have: #{all.sort.join(', ')})" unless all.include?(n) }
+# In a control run the "gem" side is stock again (impl.rb's "stock-b").
 IMPLS = %w[stock gem].freeze
+SIDE = opts[:control] ? { "stock" => "stock", "gem" => "stock-b" } : { "stock" => "stock", "gem" => "gem" }
 
 def median(xs)
   s = xs.sort
@@ -66,7 +69,7 @@ else
         IMPLS.each do |impl|
           elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
           $stderr.print format("\r[%7.1fs] %-24s %-8s round %d/%d %-5s ", elapsed, name, mode, r + 1, opts[:rounds], impl)
-          runs[impl] << run_one(name, impl, mode, opts[:scale])
+          runs[impl] << run_one(name, SIDE[impl], mode, opts[:scale])
         end
       end
       results[[name, mode]] = runs
@@ -88,7 +91,7 @@ else
   machine = {
     cpu: File.read("/proc/cpuinfo")[/^model name\s*:\s*(.+)$/, 1], cores: Etc.nprocessors,
     ruby: RUBY_DESCRIPTION, gem_version: File.read(File.join(DIR, "../lib/rapid_thread/version.rb"))[/"(.+)"/, 1],
-    date: Time.now.utc.iso8601, rounds: opts[:rounds], scale: opts[:scale]
+    date: Time.now.utc.iso8601, rounds: opts[:rounds], scale: opts[:scale], control: opts[:control] || false
   }
   require "fileutils"
   FileUtils.mkdir_p(File.dirname(opts[:json]))
@@ -96,6 +99,7 @@ else
 end
 
 fmt = ->(st) { format("%.3f (%.3f–%.3f)", st[:median], st[:min], st[:max]) }
+puts "CONTROL RUN: both columns are stock Ruby; the ratios are the noise floor.\n\n" if machine[:control]
 puts "| benchmark | mode | stock s | rapid_thread s | speedup | CPU s stock / gem | RSS MB stock / gem |"
 puts "|---|---|---|---|---|---|---|"
 rows.each do |r|
