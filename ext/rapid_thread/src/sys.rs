@@ -18,7 +18,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use magnus::rb_sys::{protect, AsRawValue, FromRawValue};
 use magnus::{Error, TypedData, Value};
@@ -213,6 +213,8 @@ pub struct Waiter {
     wake_epoch: AtomicU64,
     /// True once the waiter may be in a Ruby sleep and needs a real wake-up.
     sleeping: Cell<bool>,
+    /// When the list last woke anyone, as seen when this waiter entered.
+    list_last_wake: Cell<Option<Instant>>,
     thread: VALUE,
     fiber: VALUE,
     /// The fiber scheduler to unblock through, or nil.
@@ -246,6 +248,7 @@ impl Waiter {
             interrupted: AtomicBool::new(false),
             wake_epoch: AtomicU64::new(0),
             sleeping: Cell::new(false),
+            list_last_wake: Cell::new(None),
             thread,
             fiber,
             scheduler,
@@ -261,6 +264,11 @@ impl Waiter {
     /// Whether the waiter blocks through a fiber scheduler.
     pub fn has_scheduler(&self) -> bool {
         self.scheduler != QNIL
+    }
+
+    /// When the list this waiter is on last woke a waiter (at entry).
+    pub fn list_last_wake(&self) -> Option<Instant> {
+        self.list_last_wake.get()
     }
 
     pub fn set_sleeping(&self) {
@@ -322,6 +330,8 @@ pub struct WaitList {
     /// Waiters registered and not yet returned (stock's `num_waiting`): a
     /// woken waiter stays counted until it has left its wait.
     waiting: usize,
+    /// When `pop_front` last handed out a waiter (a wake-up).
+    last_wake: Option<Instant>,
 }
 
 impl Default for WaitList {
@@ -330,6 +340,7 @@ impl Default for WaitList {
             head: ptr::null(),
             tail: ptr::null(),
             waiting: 0,
+            last_wake: None,
         }
     }
 }
@@ -359,6 +370,7 @@ impl WaitList {
         }
         self.tail = w;
         w.linked.set(true);
+        w.list_last_wake.set(self.last_wake);
         self.waiting += 1;
     }
 
@@ -386,6 +398,7 @@ impl WaitList {
         // SAFETY: see `unlink`.
         let w = unsafe { self.head.as_ref()? };
         self.unlink(w);
+        self.last_wake = Some(Instant::now());
         // SAFETY: as above; the lifetime is tied to `&mut self`, i.e. to a
         // region during which the GVL is held.
         Some(unsafe { &*(w as *const Waiter) })

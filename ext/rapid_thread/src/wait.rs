@@ -61,6 +61,18 @@ pub fn park<S>(
     enlisted(cell, list, blocker, |w| block(w, deadline, false))
 }
 
+/// A wait list counts as active when it woke someone within this window.
+/// Waiters on a dormant list (nobody woken lately: a fresh queue, idle
+/// workers, threads parked for good) go straight to Ruby's sleep: their spin
+/// would almost surely be futile, and a futile spin costs CPU plus one more
+/// GVL hand-off just to go to sleep (docs/design.md, "Many waiters").
+const ACTIVE_WINDOW: Duration = Duration::from_millis(10);
+
+fn list_is_active(w: &Waiter) -> bool {
+    w.list_last_wake()
+        .is_some_and(|t| t.elapsed() < ACTIVE_WINDOW)
+}
+
 fn remaining(deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| d.saturating_duration_since(Instant::now()))
 }
@@ -77,7 +89,7 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
         return sys::scheduler_block(w, remaining(deadline));
     }
     let spin_us = SPIN_US.load(Ordering::Relaxed);
-    if spin_us > 0 && !sys::thread_alone() {
+    if spin_us > 0 && list_is_active(w) && !sys::thread_alone() {
         let mut spin = Duration::from_micros(spin_us as u64);
         if let Some(left) = remaining(deadline) {
             spin = spin.min(left);
