@@ -14,7 +14,7 @@ static CLOSED_QUEUE_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| {
 });
 
 fn ruby() -> Ruby {
-    // SAFETY-free: every caller runs on a Ruby thread holding the GVL.
+    // Every caller runs on a Ruby thread holding the GVL, so this succeeds.
     Ruby::get().expect("called from a Ruby thread")
 }
 
