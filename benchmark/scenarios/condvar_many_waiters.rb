@@ -6,6 +6,10 @@
 # figures stay flat from 100 to 10,000 waiters.
 #   ruby benchmark/scenarios/condvar_many_waiters.rb [N ...]   (default 100 10000)
 #   RAPID_THREAD_BENCH_IMPL=stock|gem, ROUNDS (K, default 200)
+#   BYSTANDERS=M also parks M threads on an unrelated queue first: with
+#   N=100 and M=9,900 the process has as many sleeping threads as with
+#   N=10,000, but the condvar's list is short. Equal figures mean the list
+#   adds nothing and the growth is per-process (kernel, VM).
 require_relative "../impl"
 
 def measure(n, k)
@@ -68,10 +72,17 @@ def measure(n, k)
   [signal_us, remove_us, gc_signal, gc_remove]
 end
 
+bystanders = Integer(ENV.fetch("BYSTANDERS", "0"))
+idle = BenchImpl::Queue.new
+parked_elsewhere = Array.new(bystanders) { Thread.new { idle.pop } }
+Thread.pass until idle.num_waiting == bystanders
+
 rounds = Integer(ENV.fetch("ROUNDS", "200"))
 (ARGV.empty? ? [100, 10_000] : ARGV.map { |a| Integer(a) }).each do |n|
   k = [rounds, n / 4].min # leave waiters behind: removals come from the middle
   signal_us, remove_us, gc_signal, gc_remove = measure(n, k)
-  puts format("%s waiters=%d signal_us=%.1f remove_us=%.1f (GC runs while signalling: %d, removing: %d)",
-              BenchImpl::NAME, n, signal_us, remove_us, gc_signal, gc_remove)
+  puts format("%s waiters=%d bystanders=%d signal_us=%.1f remove_us=%.1f (GC runs while signalling: %d, removing: %d)",
+              BenchImpl::NAME, n, bystanders, signal_us, remove_us, gc_signal, gc_remove)
 end
+idle.close
+parked_elsewhere.each(&:join)
