@@ -81,40 +81,39 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let mutex = sys::raw(args.required.0);
     let timeout = sys::raw(args.optional.0.unwrap_or_else(|| ruby.qnil().as_value()));
     let native = sys::class_of(mutex) == sys::raw(ruby.get_inner(&THREAD_MUTEX).as_value());
-    let parked = enlisted(&cv.state, waiters, mutex, |w| {
-        if !native || w.has_scheduler() {
-            // Stock's path: whatever `sleep` does, woken by a real wake-up.
-            w.set_sleeping();
-            return sys::call_sleep(mutex, timeout);
-        }
-        // Mutex#sleep, natively: convert the timeout first (same errors),
-        // unlock (ThreadError if not owned), wait, re-lock no matter what.
-        let limit = (timeout != sys::QNIL)
-            .then(|| sys::time_interval(timeout))
-            .transpose()?;
-        sys::mutex_unlock(mutex)?;
-        let started = sys::wall_seconds();
-        let waited = wait::block(w, wait::deadline_after(limit), true);
-        let relock = sys::mutex_relock(mutex);
-        waited?;
-        if let Some(e) = relock {
-            return Err(e);
-        }
-        sys::check_ints()?;
-        Ok(sys::raw(
-            ruby.integer_from_i64(sys::wall_seconds() - started)
-                .as_value(),
-        ))
-    });
-    if let Err(e) = parked.result {
-        // Chosen by a signal but leaving with an exception: stock loses that
-        // signal; we hand it to the next waiter instead.
-        if parked.signaled {
-            wait::wake_one(&cv.state, waiters)?;
-        }
-        return Err(e);
-    }
-    parked.result.map(sys::value)
+    // A signal is always worth passing on (stock loses it).
+    let slept = enlisted(
+        &cv.state,
+        waiters,
+        mutex,
+        |_| true,
+        |w| {
+            if !native || w.has_scheduler() {
+                // Stock's path: whatever `sleep` does, woken by a real wake-up.
+                w.set_sleeping();
+                return sys::call_sleep(mutex, timeout);
+            }
+            // Mutex#sleep, natively: convert the timeout first (same errors),
+            // unlock (ThreadError if not owned), wait, re-lock no matter what.
+            let limit = (timeout != sys::QNIL)
+                .then(|| sys::time_interval(timeout))
+                .transpose()?;
+            sys::mutex_unlock(mutex)?;
+            let started = sys::wall_seconds();
+            let waited = wait::block(w, wait::deadline_after(limit), true);
+            let relock = sys::mutex_relock(mutex);
+            waited?;
+            if let Some(e) = relock {
+                return Err(e);
+            }
+            sys::check_ints()?;
+            Ok(sys::raw(
+                ruby.integer_from_i64(sys::wall_seconds() - started)
+                    .as_value(),
+            ))
+        },
+    );
+    slept.map(sys::value)
 }
 
 fn signal(rb_self: Value) -> Result<Value, Error> {

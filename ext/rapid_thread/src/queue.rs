@@ -160,15 +160,7 @@ impl Queue {
             if self.state.with(|s| s.closed) {
                 return Ok(sys::value(sys::QNIL));
             }
-            let parked = park(&self.state, poppers, me, deadline);
-            if let Err(e) = parked.result {
-                // We were chosen for an item but are leaving with an
-                // exception: hand the wake-up to the next popper.
-                if parked.signaled && !self.state.with(|s| s.items.is_empty()) {
-                    wait::wake_one(&self.state, poppers)?;
-                }
-                return Err(e);
-            }
+            park(&self.state, poppers, me, deadline, |s| !s.items.is_empty())?;
             match self.try_shift() {
                 Take::Item(v, wake_pusher) => return self.took(v, wake_pusher),
                 Take::NotInitialized => return Err(errors::not_initialized(rb_self)),
@@ -266,14 +258,9 @@ impl Queue {
                     }
                 }
             }
-            let parked = park(&self.state, pushers, me, deadline);
-            if let Err(e) = parked.result {
-                // Chosen for a free slot but leaving: pass the wake-up on.
-                if parked.signaled && self.state.with(|s| s.items.len() < s.max) {
-                    wait::wake_one(&self.state, pushers)?;
-                }
-                return Err(e);
-            }
+            park(&self.state, pushers, me, deadline, |s| {
+                s.items.len() < s.max
+            })?;
         }
     }
 

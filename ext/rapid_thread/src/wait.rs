@@ -23,31 +23,28 @@ use rb_sys::VALUE;
 
 use crate::sys::{self, GvlCell, WaitList, Waiter, GVL_SPIN_US, QNIL, SPIN_US};
 
-/// How a wait ended, seen from the waiter.
-pub struct Parked<R> {
-    /// A waker chose this waiter (it may still have failed with an error).
-    pub signaled: bool,
-    /// What the wait returned, or an interrupt (Thread#raise, kill, ...) to
-    /// re-raise after cleanup.
-    pub result: Result<R, Error>,
-}
-
 /// Runs `wait` with a waiter for the current thread enlisted on the list
 /// chosen by `list`. The waiter is off the list and out of its waiting
 /// count when this returns, on every path (a drop guard plays the role of
 /// the `rb_ensure` cleanup in thread_sync.c).
+///
+/// A waiter that a waker chose but that leaves with an error (Thread#raise,
+/// kill, ...) hands its wake-up to the next waiter when `worth_passing_on`
+/// says there is still something to take; stock loses such a wake-up and
+/// can leave an item stranded while another thread sleeps.
 pub fn enlisted<S, R>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
     blocker: VALUE,
+    worth_passing_on: fn(&mut S) -> bool,
     wait: impl FnOnce(&Waiter) -> Result<R, Error>,
-) -> Parked<R> {
+) -> Result<R, Error> {
     let w = Waiter::current(blocker);
     let result = sys::while_enlisted(cell, list, &w, || wait(&w));
-    Parked {
-        signaled: w.signaled(),
-        result,
+    if result.is_err() && w.signaled() && cell.with(worth_passing_on) {
+        wake_one(cell, list)?;
     }
+    result
 }
 
 /// Blocks the current thread (or fiber) on the list chosen by `list` until
@@ -57,8 +54,11 @@ pub fn park<S>(
     list: fn(&mut S) -> &mut WaitList,
     blocker: VALUE,
     deadline: Option<Instant>,
-) -> Parked<()> {
-    enlisted(cell, list, blocker, |w| block(w, deadline, false))
+    worth_passing_on: fn(&mut S) -> bool,
+) -> Result<(), Error> {
+    enlisted(cell, list, blocker, worth_passing_on, |w| {
+        block(w, deadline, false)
+    })
 }
 
 /// A wait list counts as active when it woke someone within this window.
