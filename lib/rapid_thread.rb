@@ -2,6 +2,7 @@
 
 require_relative "rapid_thread/version"
 require "rapid_thread/rapid_thread"
+require_relative "rapid_thread/task"
 
 # Fast drop-in replacements for Ruby's thread primitives, written in Rust:
 #

@@ -7,6 +7,8 @@ mod errors;
 mod queue;
 mod sized_queue;
 mod sys;
+mod task;
+mod thread_cache;
 mod wait;
 
 use std::sync::atomic::Ordering;
@@ -42,5 +44,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     let queue = queue::init(ruby, module)?;
     sized_queue::init(module, queue)?;
     condition_variable::init(ruby, module)?;
+    task::init(ruby, module)?;
+    thread_cache::init(ruby, module)?;
     Ok(())
 }

@@ -48,6 +48,10 @@ impl<T: Default> Default for GvlCell<T> {
 }
 
 impl<T> GvlCell<T> {
+    pub const fn new(v: T) -> Self {
+        GvlCell(UnsafeCell::new(v))
+    }
+
     /// Runs `f` with exclusive access to the contents.
     ///
     /// The caller must hold the GVL, and `f` must not call back into Ruby
@@ -114,6 +118,17 @@ pub fn typed_ref<T: TypedData>(v: &Value) -> Option<&T> {
         let data = rb_sys::RTYPEDDATA_GET_DATA(obj) as *const T;
         data.as_ref()
     }
+}
+
+/// [`typed_ref`] for a VALUE held elsewhere (a task in the thread cache's
+/// queue). The caller keeps `obj` alive (marked or on the stack) while it
+/// uses the reference.
+#[inline(always)]
+pub fn typed_ref_raw<'a, T: TypedData>(obj: VALUE) -> Option<&'a T> {
+    let v = value(obj);
+    // SAFETY: the object outlives `'a` by the caller's contract; typed_ref
+    // only ties the borrow to the local `v`.
+    typed_ref::<T>(&v).map(|r| unsafe { &*(r as *const T) })
 }
 
 /// The write barrier for storing `child` into the object `parent`.
@@ -336,6 +351,12 @@ pub struct WaitList {
 
 impl Default for WaitList {
     fn default() -> Self {
+        WaitList::new()
+    }
+}
+
+impl WaitList {
+    pub const fn new() -> WaitList {
         WaitList {
             head: ptr::null(),
             tail: ptr::null(),
@@ -343,9 +364,7 @@ impl Default for WaitList {
             last_wake: None,
         }
     }
-}
 
-impl WaitList {
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
         self.head.is_null()
@@ -719,4 +738,149 @@ pub fn class_of(v: VALUE) -> VALUE {
 pub fn wall_seconds() -> i64 {
     // SAFETY: time(NULL) has no preconditions.
     unsafe { libc::time(ptr::null_mut()) as i64 }
+}
+
+// ---------------------------------------------------------------------------
+// Ruby threads, blocks and calls (thread cache)
+// ---------------------------------------------------------------------------
+
+/// The body of a thread started by [`create_thread`]: returns the
+/// non-local exit tag (kill, exit) to resume once it has cleaned up, or
+/// None to end the thread normally.
+pub type ThreadBody = fn() -> Option<i32>;
+
+unsafe extern "C" fn thread_entry(arg: *mut c_void) -> VALUE {
+    // SAFETY: `arg` is the `ThreadBody` that create_thread cast to a
+    // pointer; function pointers round-trip through `*mut c_void`.
+    let body: ThreadBody = std::mem::transmute::<*mut c_void, ThreadBody>(arg);
+    // A panic must not unwind into Ruby's C frames: end the thread instead
+    // (the body's drop guards have run by then).
+    let tag = std::panic::catch_unwind(body).unwrap_or(None);
+    if let Some(tag) = tag {
+        // SAFETY: resumes a kill/exit caught by `protect` deeper down. Only
+        // this frame, which owns nothing, is jumped over; Ruby's own
+        // thread start-up code catches it and ends the thread as killed.
+        rb_sys::rb_jump_tag(tag);
+    }
+    QNIL
+}
+
+/// Starts a Ruby thread (`rb_thread_create`) running `body` natively, with
+/// no Ruby frame beneath it: backtraces raised in it contain only what the
+/// body calls. Raises ThreadError when the thread cannot be created.
+pub fn create_thread(body: ThreadBody) -> Result<VALUE, Error> {
+    // SAFETY: `thread_entry` matches the expected signature and the
+    // argument is a plain function pointer with no captured state; may
+    // raise ThreadError, caught by protect.
+    protect(|| unsafe { rb_sys::rb_thread_create(Some(thread_entry), body as *mut c_void) })
+}
+
+/// The tag number of a non-local exit (`Error::Jump`).
+pub fn tag_number(tag: &magnus::error::Tag) -> i32 {
+    use magnus::error::Tag;
+    match tag {
+        Tag::Return => 1,
+        Tag::Break => 2,
+        Tag::Next => 3,
+        Tag::Retry => 4,
+        Tag::Redo => 5,
+        Tag::Raise => 6,
+        Tag::Throw => 7,
+        Tag::Fatal => 8,
+    }
+}
+
+pub fn current_thread() -> VALUE {
+    // SAFETY: a plain query, GVL held.
+    unsafe { rb_sys::rb_thread_current() }
+}
+
+pub fn main_thread() -> VALUE {
+    // SAFETY: a plain query, GVL held.
+    unsafe { rb_sys::rb_thread_main() }
+}
+
+/// The block passed to the current method as a Proc, if any.
+pub fn block_proc() -> Option<VALUE> {
+    // SAFETY: called from a method body with the GVL held; rb_block_proc
+    // only allocates.
+    unsafe { (rb_sys::rb_block_given_p() != 0).then(|| rb_sys::rb_block_proc()) }
+}
+
+/// Whether the current method was called with keywords (`**kw`).
+pub fn keyword_given() -> bool {
+    // SAFETY: a plain query of the current frame.
+    unsafe { rb_sys::rb_keyword_given_p() != 0 }
+}
+
+/// `proc.call(*args)` (with `**` of the last element when `kw_splat`),
+/// as Thread.new invokes its block.
+pub fn call_proc(proc: VALUE, args: VALUE, kw_splat: bool) -> Result<VALUE, Error> {
+    // SAFETY: `args` is an Array we built; the call may raise or throw,
+    // caught by protect.
+    protect(|| unsafe { rb_sys::rb_proc_call_kw(proc, args, kw_splat as _) })
+}
+
+/// What Ruby does when a thread's block returns: a fiber scheduler set by
+/// the block is closed (`rb_fiber_scheduler_set(Qnil)`, which runs it).
+pub fn close_fiber_scheduler() -> Result<(), Error> {
+    // SAFETY: may run the scheduler's Ruby code and raise; caught by
+    // protect.
+    protect(|| unsafe {
+        if rb_sys::rb_fiber_scheduler_get() != QNIL {
+            rb_sys::rb_fiber_scheduler_set(QNIL);
+        }
+        QNIL
+    })?;
+    Ok(())
+}
+
+/// `recv.name(*args)`, protected.
+pub fn funcall(recv: VALUE, name: &std::ffi::CStr, args: &[VALUE]) -> Result<VALUE, Error> {
+    // SAFETY: a method call that may raise; caught by protect. `args`
+    // outlives the call.
+    protect(|| unsafe {
+        let id = rb_sys::rb_intern(name.as_ptr());
+        rb_sys::rb_funcallv(recv, id, args.len() as _, args.as_ptr())
+    })
+}
+
+/// Empties a thread's `thread_variable_set` storage (the hash Ruby keeps in
+/// the thread's hidden `locals` ivar), if it has any.
+pub fn clear_thread_variables(thread: VALUE) {
+    // SAFETY: reading an ivar of a live thread; rb_ivar_get returns nil for
+    // an unset one. rb_hash_clear on an unfrozen Hash does not raise, and
+    // a frozen one is left alone.
+    unsafe {
+        let locals = rb_sys::rb_ivar_get(thread, rb_sys::rb_intern(c"locals".as_ptr()));
+        if !special_const(locals)
+            && rb_sys::RB_BUILTIN_TYPE(locals) == ruby_value_type::RUBY_T_HASH
+            && rb_sys::rb_obj_frozen_p(locals) == rb_sys::special_consts::Qfalse as VALUE
+            && rb_sys::RHASH_SIZE(locals) > 0
+        {
+            rb_sys::rb_hash_clear(locals);
+        }
+    }
+}
+
+/// Keeps `v` (and what its mark function marks) alive for the life of the
+/// process.
+pub fn register_mark_object(v: VALUE) {
+    // SAFETY: `v` is a live object created at load time.
+    unsafe { rb_sys::rb_gc_register_mark_object(v) }
+}
+
+/// `rb_thread_wakeup_alive`: makes a sleeping thread runnable; false if
+/// the thread is dead.
+pub fn wakeup_thread(thread: VALUE) -> bool {
+    // SAFETY: does not raise; returns nil for a dead thread.
+    unsafe { rb_sys::rb_thread_wakeup_alive(thread) != QNIL }
+}
+
+/// `rb_make_exception`: what Kernel#raise / Thread#raise build from their
+/// arguments, with the same errors.
+pub fn make_exception(args: &[VALUE]) -> Result<VALUE, Error> {
+    // SAFETY: may raise (TypeError, ArgumentError); caught by protect.
+    // `args` outlives the call.
+    protect(|| unsafe { rb_sys::rb_make_exception(args.len() as _, args.as_ptr()) })
 }

@@ -1,0 +1,511 @@
+//! `RapidThread::Task`: the handle `RapidThread.spawn` returns. It has
+//! Thread's interface for one block, which a cached worker thread
+//! (thread_cache.rs) runs as if on a fresh thread.
+//!
+//! A task is Pending (queued, not started), Running (on a worker, whose
+//! Thread is `thread`) or done (Finished, Raised or Killed). Joiners wait on
+//! the task's own wait list with the shared two-phase wait of `wait.rs`.
+
+use std::time::Duration;
+
+use magnus::gc::{Compactor, Marker};
+use magnus::scan_args::scan_args;
+use magnus::{
+    method, prelude::*, DataTypeFunctions, Error, Exception, RArray, RClass, RModule, Ruby,
+    TypedData, Value,
+};
+use rb_sys::VALUE;
+
+use crate::errors;
+use crate::sys::{self, GvlCell, WaitList, QNIL};
+use crate::thread_cache;
+use crate::wait::{self, park};
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Phase {
+    Pending,
+    Running,
+    Finished,
+    Raised,
+    Killed,
+}
+
+pub struct State {
+    pub phase: Phase,
+    /// The block (a Proc) and its arguments (an Array), dropped once run.
+    block: VALUE,
+    args: VALUE,
+    kw_splat: bool,
+    /// The block's value, or the exception that ended it.
+    result: VALUE,
+    /// The worker running the block, while Running.
+    pub thread: VALUE,
+    name: VALUE,
+    report_on_exception: bool,
+    abort_on_exception: bool,
+    /// An exception sent with Task#raise before the block started.
+    pending_raise: VALUE,
+    joiners: WaitList,
+    fork_gen: u64,
+}
+
+impl State {
+    /// A task created before a fork is dead in the child: its worker does
+    /// not exist there (as Thread objects of the parent are dead after fork).
+    fn fresh(&mut self) -> &mut State {
+        let gen = sys::fork_generation();
+        if self.fork_gen != gen {
+            self.fork_gen = gen;
+            self.joiners.forget_all();
+            if matches!(self.phase, Phase::Pending | Phase::Running) {
+                self.phase = Phase::Killed;
+                self.thread = QNIL;
+            }
+        }
+        self
+    }
+
+    pub fn alive(&mut self) -> bool {
+        matches!(self.fresh().phase, Phase::Pending | Phase::Running)
+    }
+
+    fn values(&self) -> [VALUE; 6] {
+        [
+            self.block,
+            self.args,
+            self.result,
+            self.thread,
+            self.name,
+            self.pending_raise,
+        ]
+    }
+
+    fn values_mut(&mut self) -> [&mut VALUE; 6] {
+        [
+            &mut self.block,
+            &mut self.args,
+            &mut self.result,
+            &mut self.thread,
+            &mut self.name,
+            &mut self.pending_raise,
+        ]
+    }
+}
+
+fn joiners(s: &mut State) -> &mut WaitList {
+    &mut s.fresh().joiners
+}
+
+#[derive(TypedData)]
+#[magnus(
+    class = "RapidThread::Task",
+    free_immediately,
+    size,
+    mark,
+    compact,
+    wb_protected
+)]
+pub struct Task {
+    pub state: GvlCell<State>,
+}
+
+impl DataTypeFunctions for Task {
+    fn mark(&self, _: &Marker) {
+        self.state
+            .with(|s| s.values().into_iter().for_each(sys::mark_movable));
+    }
+
+    fn compact(&self, _: &Compactor) {
+        self.state.with(|s| {
+            s.values_mut()
+                .into_iter()
+                .for_each(|v| *v = sys::gc_location(*v))
+        });
+    }
+}
+
+/// What the worker needs to start a task.
+pub struct Start {
+    pub block: VALUE,
+    pub args: VALUE,
+    pub kw_splat: bool,
+    pub pending_raise: VALUE,
+    pub name: VALUE,
+    pub report_on_exception: bool,
+    pub abort_on_exception: bool,
+}
+
+impl Task {
+    pub fn new(block: VALUE, args: VALUE, kw_splat: bool, report_on_exception: bool) -> Task {
+        Task {
+            state: GvlCell::new(State {
+                phase: Phase::Pending,
+                block,
+                args,
+                kw_splat,
+                result: QNIL,
+                thread: QNIL,
+                name: QNIL,
+                report_on_exception,
+                abort_on_exception: false,
+                pending_raise: QNIL,
+                joiners: WaitList::default(),
+                fork_gen: sys::fork_generation(),
+            }),
+        }
+    }
+
+    /// The receiver, checked by hand (see sys::typed_ref).
+    #[inline(always)]
+    pub fn get(rb_self: &Value) -> Result<&Task, Error> {
+        sys::typed_ref::<Task>(rb_self)
+            .ok_or_else(|| errors::wrong_receiver(*rb_self, "RapidThread::Task"))
+    }
+
+    /// A task object the cache holds (always a Task).
+    pub fn of<'a>(obj: VALUE) -> &'a Task {
+        sys::typed_ref_raw::<Task>(obj).expect("the thread cache only holds tasks")
+    }
+
+    /// Whether a queued task still wants to run (it may have been killed
+    /// while pending, or belong to a parent process).
+    pub fn runnable(&self) -> bool {
+        self.state.with(|s| s.fresh().phase == Phase::Pending)
+    }
+
+    /// Pending -> Running on `thread`; returns what the worker needs.
+    pub fn start(&self, obj: VALUE, thread: VALUE) -> Start {
+        sys::write_barrier(obj, thread);
+        self.state.with(|s| {
+            s.phase = Phase::Running;
+            s.thread = thread;
+            let start = Start {
+                block: s.block,
+                args: s.args,
+                kw_splat: s.kw_splat,
+                pending_raise: s.pending_raise,
+                name: s.name,
+                report_on_exception: s.report_on_exception,
+                abort_on_exception: s.abort_on_exception,
+            };
+            // The worker's stack keeps these alive while the block runs;
+            // the task lets go of them so that a kept handle pins nothing.
+            s.args = QNIL;
+            s.pending_raise = QNIL;
+            start
+        })
+    }
+
+    /// Running -> done, recording the outcome; then wakes every joiner.
+    pub fn finish(&self, obj: VALUE, phase: Phase, result: VALUE) -> Result<(), Error> {
+        sys::write_barrier(obj, result);
+        self.state.with(|s| {
+            s.phase = phase;
+            s.result = result;
+            s.thread = QNIL;
+            s.block = QNIL;
+        });
+        wait::wake_all(&self.state, joiners)
+    }
+
+    /// Records the worker's flags as they were when the block ended (the
+    /// block may have set them through Thread.current).
+    pub fn set_flags(&self, report: bool, abort: bool) {
+        self.state.with(|s| {
+            s.report_on_exception = report;
+            s.abort_on_exception = abort;
+        });
+    }
+
+    pub fn name(&self) -> VALUE {
+        self.state.with(|s| s.name)
+    }
+
+    pub fn set_name(&self, obj: VALUE, name: VALUE) {
+        sys::write_barrier(obj, name);
+        self.state.with(|s| s.name = name);
+    }
+
+    /// The block's [file, line] (nil once the task is done).
+    pub fn block(&self) -> VALUE {
+        self.state.with(|s| s.block)
+    }
+
+    fn running_thread(&self) -> Option<VALUE> {
+        self.state.with(|s| {
+            let s = s.fresh();
+            (s.phase == Phase::Running).then_some(s.thread)
+        })
+    }
+
+    fn phase(&self) -> Phase {
+        self.state.with(|s| s.fresh().phase)
+    }
+}
+
+/// Thread#join's `limit`: nil waits forever, an Integer is whole seconds,
+/// anything else goes through Float (its TypeError); zero or negative does
+/// not wait, and a limit too large for the clock waits forever.
+fn join_limit(limit: Option<Value>) -> Result<Option<Duration>, Error> {
+    match limit {
+        None => Ok(None),
+        Some(v) if v.is_nil() => Ok(None),
+        Some(v) => {
+            let secs = sys::num2dbl(sys::raw(v))?;
+            if secs.is_nan() || secs <= 0.0 {
+                Ok(Some(Duration::ZERO))
+            } else {
+                Ok(Duration::try_from_secs_f64(secs).ok())
+            }
+        }
+    }
+}
+
+/// Waits for the task to end; false if `limit` ran out first.
+fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<bool, Error> {
+    if task.running_thread() == Some(sys::current_thread()) {
+        return Err(errors::thread_error(
+            "Target thread must not be current thread",
+        ));
+    }
+    let deadline = wait::deadline_after(limit);
+    loop {
+        let phase = task.phase();
+        match phase {
+            Phase::Finished | Phase::Raised | Phase::Killed => return Ok(true),
+            Phase::Pending => thread_cache::ensure_progress()?,
+            Phase::Running => {}
+        }
+        if deadline.is_some_and(|d| d <= std::time::Instant::now()) || limit == Some(Duration::ZERO)
+        {
+            return Ok(false);
+        }
+        park(&task.state, joiners, sys::raw(rb_self), deadline, |_| false)?;
+    }
+}
+
+/// The exception a task ended with, re-raised as Thread#join does.
+fn reraise(task: &Task) -> Result<(), Error> {
+    let (phase, result) = task.state.with(|s| (s.phase, s.result));
+    if phase == Phase::Raised {
+        if let Some(e) = Exception::from_value(sys::value(result)) {
+            return Err(e.into());
+        }
+    }
+    Ok(())
+}
+
+fn join(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let args = scan_args::<(), (Option<Value>,), (), (), (), ()>(args)?;
+    let task = Task::get(&rb_self)?;
+    let limit = join_limit(args.optional.0)?;
+    if !wait_done(rb_self, task, limit)? {
+        return Ok(sys::value(QNIL));
+    }
+    reraise(task)?;
+    Ok(rb_self)
+}
+
+fn value(rb_self: Value) -> Result<Value, Error> {
+    let task = Task::get(&rb_self)?;
+    wait_done(rb_self, task, None)?;
+    reraise(task)?;
+    Ok(sys::value(task.state.with(|s| match s.phase {
+        Phase::Finished => s.result,
+        _ => QNIL,
+    })))
+}
+
+fn is_alive(rb_self: Value) -> Result<bool, Error> {
+    Ok(Task::get(&rb_self)?.state.with(State::alive))
+}
+
+/// Thread#status: "run" until the block starts, the worker's status while
+/// it runs, false once it ended normally or was killed, nil after an
+/// exception.
+fn status(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
+    let task = Task::get(&rb_self)?;
+    Ok(match task.phase() {
+        Phase::Pending => ruby.str_new("run").as_value(),
+        Phase::Running => {
+            let t = task.running_thread().unwrap_or(QNIL);
+            sys::value(sys::funcall(t, c"status", &[])?)
+        }
+        Phase::Finished | Phase::Killed => ruby.qfalse().as_value(),
+        Phase::Raised => ruby.qnil().as_value(),
+    })
+}
+
+/// Thread#kill: a pending task never starts; a running one is stopped by
+/// killing its worker (Thread#kill's semantics: `ensure` runs, `rescue`
+/// cannot catch it); the cache replaces the worker.
+fn kill(rb_self: Value) -> Result<Value, Error> {
+    let task = Task::get(&rb_self)?;
+    match task.phase() {
+        Phase::Pending => {
+            task.state.with(|s| {
+                s.phase = Phase::Killed;
+                s.block = QNIL;
+                s.args = QNIL;
+                s.pending_raise = QNIL;
+            });
+            wait::wake_all(&task.state, joiners)?;
+        }
+        Phase::Running => {
+            if let Some(t) = task.running_thread() {
+                sys::funcall(t, c"kill", &[])?;
+            }
+        }
+        _ => {}
+    }
+    Ok(rb_self)
+}
+
+/// Thread#raise. Before the block starts, the exception is built now (the
+/// same argument errors) and raised in place of the block when it would
+/// start, as for a thread that has not run yet.
+fn raise_m(rb_self: Value, args: RArray) -> Result<Value, Error> {
+    let task = Task::get(&rb_self)?;
+    match task.phase() {
+        Phase::Pending => {
+            // Thread#raise without arguments: RuntimeError, "unhandled exception".
+            let argv: Vec<VALUE> = if args.is_empty() {
+                let ruby = Ruby::get_with(rb_self);
+                vec![
+                    sys::raw(ruby.exception_runtime_error().as_value()),
+                    sys::raw(ruby.str_new("unhandled exception").as_value()),
+                ]
+            } else {
+                args.into_iter().map(sys::raw).collect()
+            };
+            let exc = sys::make_exception(&argv)?;
+            sys::write_barrier(sys::raw(rb_self), exc);
+            task.state.with(|s| s.pending_raise = exc);
+        }
+        Phase::Running => {
+            if let Some(t) = task.running_thread() {
+                let argv: Vec<VALUE> = args.into_iter().map(sys::raw).collect();
+                sys::funcall(t, c"raise", &argv)?;
+            }
+        }
+        _ => {}
+    }
+    Ok(sys::value(QNIL))
+}
+
+fn name(rb_self: Value) -> Result<Value, Error> {
+    let task = Task::get(&rb_self)?;
+    if let Some(t) = task.running_thread() {
+        return Ok(sys::value(sys::funcall(t, c"name", &[])?));
+    }
+    Ok(sys::value(task.name()))
+}
+
+/// Stores an already validated name (lib/rapid_thread/task.rb).
+fn set_name(rb_self: Value, name: Value) -> Result<Value, Error> {
+    let task = Task::get(&rb_self)?;
+    task.set_name(sys::raw(rb_self), sys::raw(name));
+    if let Some(t) = task.running_thread() {
+        sys::funcall(t, c"name=", &[sys::raw(name)])?;
+    }
+    Ok(name)
+}
+
+fn flag(rb_self: Value, getter: &'static std::ffi::CStr, report: bool) -> Result<bool, Error> {
+    let task = Task::get(&rb_self)?;
+    if let Some(t) = task.running_thread() {
+        return Ok(sys::value(sys::funcall(t, getter, &[])?).to_bool());
+    }
+    Ok(task.state.with(|s| {
+        if report {
+            s.report_on_exception
+        } else {
+            s.abort_on_exception
+        }
+    }))
+}
+
+fn set_flag(
+    rb_self: Value,
+    setter: &'static std::ffi::CStr,
+    report: bool,
+    v: Value,
+) -> Result<Value, Error> {
+    let task = Task::get(&rb_self)?;
+    let on = v.to_bool();
+    task.state.with(|s| {
+        if report {
+            s.report_on_exception = on;
+        } else {
+            s.abort_on_exception = on;
+        }
+    });
+    if let Some(t) = task.running_thread() {
+        sys::funcall(t, setter, &[sys::raw(v)])?;
+    }
+    Ok(v)
+}
+
+fn report_on_exception(rb_self: Value) -> Result<bool, Error> {
+    flag(rb_self, c"report_on_exception", true)
+}
+
+fn set_report_on_exception(rb_self: Value, v: Value) -> Result<Value, Error> {
+    set_flag(rb_self, c"report_on_exception=", true, v)
+}
+
+fn abort_on_exception(rb_self: Value) -> Result<bool, Error> {
+    flag(rb_self, c"abort_on_exception", false)
+}
+
+fn set_abort_on_exception(rb_self: Value, v: Value) -> Result<Value, Error> {
+    set_flag(rb_self, c"abort_on_exception=", false, v)
+}
+
+/// Thread#backtrace: the worker's while the block runs (only the block's
+/// frames: workers have no Ruby frames of their own), [] before it starts,
+/// nil once it ended.
+fn backtrace(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let task = Task::get(&rb_self)?;
+    Ok(match task.phase() {
+        Phase::Pending => ruby.ary_new().as_value(),
+        Phase::Running => {
+            let t = task.running_thread().unwrap_or(QNIL);
+            let argv: Vec<VALUE> = args.iter().map(|v| sys::raw(*v)).collect();
+            sys::value(sys::funcall(t, c"backtrace", &argv)?)
+        }
+        _ => ruby.qnil().as_value(),
+    })
+}
+
+fn thread(rb_self: Value) -> Result<Value, Error> {
+    Ok(sys::value(
+        Task::get(&rb_self)?.running_thread().unwrap_or(QNIL),
+    ))
+}
+
+/// The block, for Task#inspect (nil once done).
+fn block(rb_self: Value) -> Result<Value, Error> {
+    Ok(sys::value(Task::get(&rb_self)?.block()))
+}
+
+pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
+    let class = module.define_class("Task", ruby.class_object())?;
+    class.undef_default_alloc_func();
+    class.define_method("join", method!(join, -1))?;
+    class.define_method("value", method!(value, 0))?;
+    class.define_method("alive?", method!(is_alive, 0))?;
+    class.define_method("status", method!(status, 0))?;
+    class.define_method("kill", method!(kill, 0))?;
+    class.define_method("__raise", method!(raise_m, 1))?;
+    class.define_method("name", method!(name, 0))?;
+    class.define_method("__set_name", method!(set_name, 1))?;
+    class.define_method("report_on_exception", method!(report_on_exception, 0))?;
+    class.define_method("report_on_exception=", method!(set_report_on_exception, 1))?;
+    class.define_method("abort_on_exception", method!(abort_on_exception, 0))?;
+    class.define_method("abort_on_exception=", method!(set_abort_on_exception, 1))?;
+    class.define_method("backtrace", method!(backtrace, -1))?;
+    class.define_method("thread", method!(thread, 0))?;
+    class.define_method("__block", method!(block, 0))?;
+    Ok(class)
+}

@@ -1,0 +1,645 @@
+//! `RapidThread.spawn` / `Thread.spawn`: Thread.new semantics served by a
+//! cache of reusable Ruby threads (docs/design.md, "Thread cache").
+//!
+//! * `spawn` queues a Task and wakes an idle worker if there is one.
+//! * Workers are Ruby threads running [`worker_body`] natively (no Ruby
+//!   frame beneath the block, so backtraces are the block's own). A worker
+//!   that finishes a block takes the next pending one without sleeping;
+//!   with nothing pending it waits on the idle list (the shared two-phase
+//!   wait) and exits after `idle_timeout`, or at once when `max_idle`
+//!   workers already wait.
+//! * Growth rule: a pending task needs a worker that can take it. When none
+//!   is idle, none is starting and no other busy worker is runnable (all
+//!   are blocked), `spawn` (or a `join` on a pending task) starts one at
+//!   once. Otherwise a monitor thread re-checks every `GROW_TICK` while
+//!   tasks are pending and starts one worker per tick while that holds.
+//!   Every pending task therefore gets a thread, even when every other
+//!   block blocks forever, and the thread count follows the number of
+//!   blocks that are actually blocked.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use magnus::error::ErrorType;
+use magnus::gc::{Compactor, Marker};
+use magnus::{
+    function, prelude::*, DataTypeFunctions, Error, Exception, RClass, RHash, RModule, Ruby,
+    TypedData, Value,
+};
+use rb_sys::VALUE;
+
+use crate::errors;
+use crate::sys::{self, GvlCell, WaitList, QNIL};
+use crate::task::{Phase, Task};
+use crate::wait;
+
+/// How often the monitor re-checks pending tasks for a stall.
+const GROW_TICK: Duration = Duration::from_millis(1);
+
+pub struct Pool {
+    /// Tasks waiting for a worker (some may have been killed meanwhile).
+    pending: VecDeque<VALUE>,
+    /// Workers waiting for a task.
+    idle: WaitList,
+    /// The Threads of workers running a block.
+    busy: Vec<VALUE>,
+    /// Workers created that have not reached the pool yet.
+    starting: usize,
+    /// Worker threads alive.
+    live: usize,
+    monitor: VALUE,
+    monitor_asleep: bool,
+    spawned: u64,
+    reused: u64,
+    created: u64,
+    peak: usize,
+    idle_timeout: Duration,
+    max_idle: usize,
+    fork_gen: u64,
+}
+
+impl Pool {
+    const fn new() -> Pool {
+        Pool {
+            pending: VecDeque::new(),
+            idle: WaitList::new(),
+            busy: Vec::new(),
+            starting: 0,
+            live: 0,
+            monitor: QNIL,
+            monitor_asleep: false,
+            spawned: 0,
+            reused: 0,
+            created: 0,
+            peak: 0,
+            idle_timeout: Duration::from_secs(3),
+            max_idle: 64,
+            fork_gen: 0,
+        }
+    }
+
+    /// After fork the child has none of the parent's workers: it starts
+    /// with an empty cache (tasks of the parent are dead, see Task).
+    fn fresh(&mut self) -> &mut Pool {
+        let gen = sys::fork_generation();
+        if self.fork_gen != gen {
+            *self = Pool {
+                idle_timeout: self.idle_timeout,
+                max_idle: self.max_idle,
+                fork_gen: gen,
+                ..Pool::new()
+            };
+        }
+        self
+    }
+
+    /// Drops killed tasks from the head; whether a runnable one is left.
+    fn has_pending(&mut self) -> bool {
+        while let Some(&t) = self.pending.front() {
+            if Task::of(t).runnable() {
+                return true;
+            }
+            self.pending.pop_front();
+        }
+        false
+    }
+
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut VALUE> {
+        self.pending
+            .iter_mut()
+            .chain(self.busy.iter_mut())
+            .chain(std::iter::once(&mut self.monitor))
+    }
+}
+
+static POOL: GvlCell<Pool> = GvlCell::new(Pool::new());
+
+fn idle(p: &mut Pool) -> &mut WaitList {
+    &mut p.fresh().idle
+}
+
+fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
+    POOL.with(|p| f(p.fresh()))
+}
+
+/// Marks the cache's Ruby values (pending tasks, busy threads, the
+/// monitor). One instance is created at load time and registered with
+/// `rb_gc_register_mark_object`; it is not write-barrier protected, so the
+/// GC re-marks it on every minor GC and stores into the pool need no
+/// barrier.
+#[derive(Default, TypedData)]
+#[magnus(
+    class = "RapidThread::ThreadCacheRoots",
+    free_immediately,
+    mark,
+    compact
+)]
+struct Roots;
+
+impl DataTypeFunctions for Roots {
+    fn mark(&self, _: &Marker) {
+        POOL.with(|p| p.values_mut().for_each(|v| sys::mark_movable(*v)));
+    }
+
+    fn compact(&self, _: &Compactor) {
+        POOL.with(|p| p.values_mut().for_each(|v| *v = sys::gc_location(*v)));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Spawning
+// ---------------------------------------------------------------------------
+
+fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
+    let Some(block) = sys::block_proc() else {
+        return Err(errors::thread_error("must be called with a block"));
+    };
+    let kw_splat = sys::keyword_given();
+    let args = ruby.ary_new_from_values(args);
+    let report = sys::value(sys::funcall(
+        sys::raw(ruby.class_thread().as_value()),
+        c"report_on_exception",
+        &[],
+    )?)
+    .to_bool();
+    let task = ruby.obj_wrap(Task::new(
+        block,
+        sys::raw(args.as_value()),
+        kw_splat,
+        report,
+    ));
+    let obj = sys::raw(task.as_value());
+    with(|p| {
+        p.spawned += 1;
+        p.pending.push_back(obj);
+    });
+    if let Err(e) = dispatch() {
+        // Nothing can run it (no worker could be created): as Thread.new,
+        // raise and leave nothing behind.
+        with(|p| p.pending.retain(|&t| t != obj));
+        return Err(e);
+    }
+    Ok(task.as_value())
+}
+
+/// Gets the pending tasks going: wakes an idle worker, or starts one when
+/// no worker can take them, and arms the monitor.
+fn dispatch() -> Result<(), Error> {
+    if with(|p| !p.idle.is_empty()) {
+        return wait::wake_one(&POOL, idle);
+    }
+    ensure_progress()?;
+    arm_monitor();
+    Ok(())
+}
+
+/// Starts a worker now when tasks are pending and nobody else can take
+/// them: no worker idle or starting, and every busy worker (other than the
+/// caller) blocked.
+pub fn ensure_progress() -> Result<(), Error> {
+    let (pending, idle_or_starting) =
+        with(|p| (p.has_pending(), p.idle.waiting() > 0 || p.starting > 0));
+    if !pending || idle_or_starting || any_busy_runnable()? {
+        return Ok(());
+    }
+    match start_worker() {
+        Ok(()) => Ok(()),
+        // Other workers exist: they (or the monitor, later) will get to it.
+        Err(_) if with(|p| p.live > 0) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether some busy worker other than the current thread can run (is
+/// not sleeping or blocked); it will take pending tasks when done.
+fn any_busy_runnable() -> Result<bool, Error> {
+    let me = sys::current_thread();
+    let mut i = 0;
+    while let Some(t) = with(|p| p.busy.get(i).copied()) {
+        i += 1;
+        if t != me && !sys::value(sys::funcall(t, c"stop?", &[])?).to_bool() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn start_worker() -> Result<(), Error> {
+    with(|p| {
+        p.starting += 1;
+        p.live += 1;
+        p.created += 1;
+        p.peak = p.peak.max(p.live);
+    });
+    match sys::create_thread(worker_body) {
+        Ok(_) => Ok(()),
+        Err(e) => {
+            with(|p| {
+                p.starting -= 1;
+                p.live -= 1;
+                p.created -= 1;
+            });
+            Err(e)
+        }
+    }
+}
+
+fn arm_monitor() {
+    let (monitor, asleep) = with(|p| (p.monitor, p.monitor_asleep));
+    if monitor == QNIL {
+        if let Ok(t) = sys::create_thread(monitor_body) {
+            with(|p| p.monitor = t);
+        }
+    } else if asleep {
+        sys::wakeup_thread(monitor);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The monitor
+// ---------------------------------------------------------------------------
+
+/// Sleeps while nothing is pending (woken by `arm_monitor`); otherwise
+/// checks every GROW_TICK that pending tasks can make progress.
+fn monitor_body() -> Option<i32> {
+    let me = sys::current_thread();
+    loop {
+        if with(|p| p.monitor) != me {
+            return None; // forked, or replaced
+        }
+        let nap = if with(Pool::has_pending) {
+            Some(GROW_TICK)
+        } else {
+            with(|p| p.monitor_asleep = true);
+            None
+        };
+        let slept = sys::ruby_sleep(nap);
+        with(|p| p.monitor_asleep = false);
+        if let Err(e) = slept {
+            match jump_tag(&e) {
+                Some(tag) => {
+                    with(|p| p.monitor = QNIL);
+                    return Some(tag);
+                }
+                None => continue,
+            }
+        }
+        if nap.is_some() {
+            let woke = if with(|p| !p.idle.is_empty() && p.has_pending()) {
+                wait::wake_one(&POOL, idle)
+            } else {
+                ensure_progress()
+            };
+            if let Err(e) = woke {
+                if let Some(tag) = jump_tag(&e) {
+                    with(|p| p.monitor = QNIL);
+                    return Some(tag);
+                }
+            }
+        }
+    }
+}
+
+/// The tag of a kill / exit (which must end the thread), or None for an
+/// exception.
+fn jump_tag(e: &Error) -> Option<i32> {
+    match e.error_type() {
+        ErrorType::Jump(tag) => Some(sys::tag_number(tag)),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Workers
+// ---------------------------------------------------------------------------
+
+/// Keeps the live count right on every way out of a worker.
+struct Live {
+    fork_gen: u64,
+    /// Counted in `Pool::starting` (not at the pool yet).
+    starting: bool,
+    /// Has run a task before (the next one is a reuse).
+    ran: bool,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if sys::fork_generation() == self.fork_gen {
+            with(|p| {
+                p.live -= 1;
+                if self.starting {
+                    p.starting -= 1;
+                }
+            });
+        }
+    }
+}
+
+fn worker_body() -> Option<i32> {
+    let me = sys::current_thread();
+    let mut live = Live {
+        fork_gen: sys::fork_generation(),
+        starting: true,
+        ran: false,
+    };
+    loop {
+        // An interrupt aimed at the previous block that arrived after it
+        // ended must not hit the next one: run it here. A kill ends the
+        // worker; an exception is dropped.
+        if let Err(e) = sys::check_ints() {
+            if let Some(tag) = jump_tag(&e) {
+                return Some(tag);
+            }
+        }
+        let task = match next_task(&mut live, me) {
+            Ok(Some(t)) => t,
+            Ok(None) => return None,
+            Err(e) => match jump_tag(&e) {
+                Some(tag) => return Some(tag),
+                None => continue,
+            },
+        };
+        if let Some(tag) = run(task, me) {
+            return Some(tag);
+        }
+        if sys::fork_generation() != live.fork_gen {
+            // The block forked and this is the child, where this thread is
+            // now the main thread: end it as its thread would have ended.
+            return None;
+        }
+    }
+}
+
+/// Takes the next pending task (marking this worker busy), waiting on the
+/// idle list for one; None when the worker should exit (idle timeout, or
+/// `max_idle` workers already idle).
+fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
+    let deadline = wait::deadline_after(Some(with(|p| p.idle_timeout)));
+    loop {
+        let took = with(|p| {
+            if std::mem::replace(&mut live.starting, false) {
+                p.starting -= 1;
+            }
+            if p.has_pending() {
+                let t = p.pending.pop_front();
+                p.busy.push(me);
+                if std::mem::replace(&mut live.ran, true) {
+                    p.reused += 1;
+                }
+                return Some(t);
+            }
+            let over = p.idle.waiting() >= p.max_idle;
+            over.then_some(None)
+        });
+        match took {
+            Some(Some(t)) => return Ok(Some(t)),
+            Some(None) => return Ok(None),
+            None => {}
+        }
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Ok(None);
+        }
+        wait::park(&POOL, idle, QNIL, deadline, Pool::has_pending)?;
+    }
+}
+
+/// Runs one task on this worker, as Thread.new runs its block; returns the
+/// tag of a kill / exit that must end the worker.
+fn run(obj: VALUE, me: VALUE) -> Option<i32> {
+    let task = Task::of(obj);
+    let start = task.start(obj, me);
+    // The block starts with the task's name and flags (defaults, unless
+    // set on the task before it started).
+    let prepared = prepare_thread(me, &start);
+    let outcome = prepared.and_then(|()| {
+        if start.pending_raise != QNIL {
+            Err(exception_error(start.pending_raise))
+        } else {
+            let v = sys::call_proc(start.block, start.args, start.kw_splat)?;
+            // As when a thread's block returns: close a scheduler it set.
+            sys::close_fiber_scheduler()?;
+            Ok(v)
+        }
+    });
+    let (report, abort) = thread_flags(me);
+    task.set_flags(report, abort);
+    let mut exit = None;
+    let (phase, result, raised) = match outcome {
+        Ok(v) => (Phase::Finished, v, None),
+        Err(e) => match (jump_tag(&e), e.value()) {
+            // Killed (Task#kill, Thread.exit, process exit): the worker ends.
+            (Some(tag), _) => {
+                exit = Some(tag);
+                (Phase::Killed, QNIL, None)
+            }
+            (None, Some(exc)) => {
+                let exc = sys::raw(exc.as_value());
+                // A scheduler the block set is closed on this path too, so
+                // the next block does not inherit it; a failure here has
+                // nowhere to go.
+                let _ = sys::close_fiber_scheduler();
+                if report && !is_system_exit(exc) {
+                    exit = report_exception(me, task, exc);
+                }
+                (Phase::Raised, exc, Some(exc))
+            }
+            (None, None) => (Phase::Killed, QNIL, None),
+        },
+    };
+    clean_thread(me);
+    with(|p| {
+        if let Some(i) = p.busy.iter().position(|&t| t == me) {
+            p.busy.swap_remove(i);
+        }
+    });
+    if let Err(e) = task.finish(obj, phase, result) {
+        exit = exit.or_else(|| jump_tag(&e));
+    }
+    if let Some(exc) = raised {
+        // SystemExit always, other exceptions with abort_on_exception: the
+        // main thread gets it, as Ruby does for its threads.
+        if is_system_exit(exc) || abort || global_abort() {
+            if let Err(e) = sys::funcall(sys::main_thread(), c"raise", &[exc]) {
+                exit = exit.or_else(|| jump_tag(&e));
+            }
+        }
+    }
+    exit
+}
+
+fn exception_error(exc: VALUE) -> Error {
+    match Exception::from_value(sys::value(exc)) {
+        Some(e) => e.into(),
+        None => errors::type_error("exception object expected".into()),
+    }
+}
+
+fn is_system_exit(exc: VALUE) -> bool {
+    let ruby = Ruby::get_with(sys::value(exc));
+    sys::value(exc).is_kind_of(ruby.exception_system_exit())
+}
+
+/// `Thread.abort_on_exception` or `$DEBUG`.
+fn global_abort() -> bool {
+    let ruby = Ruby::get().expect("a Ruby thread");
+    let thread = sys::raw(ruby.class_thread().as_value());
+    sys::funcall(thread, c"abort_on_exception", &[])
+        .map(|v| sys::value(v).to_bool())
+        .unwrap_or(false)
+        || ruby.eval::<bool>("!!$DEBUG").unwrap_or(false)
+}
+
+/// Sets the worker's name and exception flags for the task about to run.
+fn prepare_thread(me: VALUE, start: &crate::task::Start) -> Result<(), Error> {
+    let ruby = Ruby::get().expect("a Ruby thread");
+    let t = |b: bool| sys::raw(ruby.into_value(b));
+    if start.name != QNIL {
+        sys::funcall(me, c"name=", &[start.name])?;
+    }
+    sys::funcall(me, c"report_on_exception=", &[t(start.report_on_exception)])?;
+    sys::funcall(me, c"abort_on_exception=", &[t(start.abort_on_exception)])?;
+    Ok(())
+}
+
+/// The worker's exception flags when the block ended.
+fn thread_flags(me: VALUE) -> (bool, bool) {
+    let get = |name| {
+        sys::funcall(me, name, &[])
+            .map(|v| sys::value(v).to_bool())
+            .unwrap_or(false)
+    };
+    (get(c"report_on_exception"), get(c"abort_on_exception"))
+}
+
+/// Leaves nothing of the block on the worker: fiber-locals, thread
+/// variables and its name go, so the next block starts fresh and an idle
+/// worker keeps no user object alive.
+fn clean_thread(me: VALUE) {
+    if let Ok(keys) = sys::funcall(me, c"keys", &[]) {
+        if let Some(keys) = magnus::RArray::from_value(sys::value(keys)) {
+            if !keys.is_empty() {
+                for k in keys.into_iter() {
+                    let _ = sys::funcall(me, c"[]=", &[sys::raw(k), QNIL]);
+                }
+            }
+        }
+    }
+    sys::clear_thread_variables(me);
+    if sys::funcall(me, c"name", &[]).is_ok_and(|n| n != QNIL) {
+        let _ = sys::funcall(me, c"name=", &[QNIL]);
+    }
+}
+
+/// Thread.new's report: "#<Thread:0x... file:line run> terminated with
+/// exception (report_on_exception is true):" and the exception's full
+/// message, on $stderr. Returns a kill / exit tag that hit meanwhile.
+fn report_exception(me: VALUE, task: &Task, exc: VALUE) -> Option<i32> {
+    let ruby = Ruby::get().expect("a Ruby thread");
+    let header = thread_to_s(me, task);
+    let module = ruby.class_object().const_get::<_, RModule>("RapidThread");
+    let r = module.and_then(|m| {
+        sys::funcall(
+            sys::raw(m.as_value()),
+            c"__report_exception",
+            &[sys::raw(ruby.str_new(&header).as_value()), exc],
+        )
+    });
+    r.err().and_then(|e| jump_tag(&e))
+}
+
+/// `rb_thread_to_s` as it reads for a Thread.new thread running the
+/// task's block: the worker's address and name, the block's location.
+fn thread_to_s(me: VALUE, task: &Task) -> String {
+    let mut s = format!("#<Thread:{:#018x}", me);
+    if let Ok(name) = sys::funcall(me, c"name", &[]) {
+        if name != QNIL {
+            if let Ok(name) = String::try_convert(sys::value(name)) {
+                s.push('@');
+                s.push_str(&name);
+            }
+        }
+    }
+    let block = task.block();
+    if block != QNIL {
+        if let Ok(loc) = sys::funcall(block, c"source_location", &[]) {
+            if let Ok((file, line)) = <(String, i64)>::try_convert(sys::value(loc)) {
+                s.push_str(&format!(" {}:{}", file, line));
+            }
+        }
+    }
+    s.push_str(" run> terminated with exception (report_on_exception is true):\n");
+    s
+}
+
+// ---------------------------------------------------------------------------
+// Configuration and statistics
+// ---------------------------------------------------------------------------
+
+fn idle_timeout() -> f64 {
+    with(|p| p.idle_timeout.as_secs_f64())
+}
+
+fn set_idle_timeout(secs: f64) -> Result<f64, Error> {
+    if secs.is_nan() || secs < 0.0 {
+        return Err(errors::arg_error(
+            "idle_timeout must be a non-negative number",
+        ));
+    }
+    let d = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
+    with(|p| p.idle_timeout = d);
+    Ok(secs)
+}
+
+fn max_idle() -> usize {
+    with(|p| p.max_idle)
+}
+
+fn set_max_idle(n: i64) -> Result<i64, Error> {
+    if n < 0 {
+        return Err(errors::arg_error("max_idle must not be negative"));
+    }
+    with(|p| p.max_idle = n as usize);
+    Ok(n)
+}
+
+fn cache_stats(ruby: &Ruby) -> Result<RHash, Error> {
+    let (spawned, reused, created, idle, live, busy, peak, pending) = with(|p| {
+        (
+            p.spawned,
+            p.reused,
+            p.created,
+            p.idle.waiting(),
+            p.live,
+            p.busy.len(),
+            p.peak,
+            p.pending.len(),
+        )
+    });
+    let h = ruby.hash_new();
+    h.aset(ruby.to_symbol("spawned"), spawned)?;
+    h.aset(ruby.to_symbol("reused"), reused)?;
+    h.aset(ruby.to_symbol("created"), created)?;
+    h.aset(ruby.to_symbol("idle"), idle)?;
+    h.aset(ruby.to_symbol("busy"), busy)?;
+    h.aset(ruby.to_symbol("peak"), peak)?;
+    h.aset(ruby.to_symbol("threads"), live)?;
+    h.aset(ruby.to_symbol("pending"), pending)?;
+    Ok(h)
+}
+
+pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    let roots_class = module.define_class("ThreadCacheRoots", ruby.class_object())?;
+    roots_class.undef_default_alloc_func();
+    let roots = ruby.obj_wrap(Roots);
+    module.funcall::<_, _, Value>("private_constant", (ruby.to_symbol("ThreadCacheRoots"),))?;
+    sys::register_mark_object(sys::raw(roots.as_value()));
+    module.define_singleton_method("spawn", function!(spawn, -1))?;
+    let thread: RClass = ruby.class_thread();
+    thread.define_singleton_method("spawn", function!(spawn, -1))?;
+    module.define_singleton_method("idle_timeout", function!(idle_timeout, 0))?;
+    module.define_singleton_method("idle_timeout=", function!(set_idle_timeout, 1))?;
+    module.define_singleton_method("max_idle", function!(max_idle, 0))?;
+    module.define_singleton_method("max_idle=", function!(set_max_idle, 1))?;
+    module.define_singleton_method("cache_stats", function!(cache_stats, 0))?;
+    Ok(())
+}

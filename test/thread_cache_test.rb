@@ -1,0 +1,410 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "stringio"
+
+# RapidThread.spawn / Thread.spawn: Thread.new semantics on cached threads.
+class ThreadCacheTest < RapidThreadTest
+  def setup
+    super
+    @tasks = []
+  end
+
+  def teardown
+    @tasks.each(&:kill).each do |t|
+      t.join(5)
+    rescue Exception # rubocop:disable Lint/RescueException
+      nil
+    end
+    super
+  end
+
+  # A task the teardown kills and joins; its exceptions are not reported.
+  def task(*args, &block)
+    t = RapidThread.spawn(*args, &block)
+    t.report_on_exception = false
+    @tasks << t
+    t
+  end
+
+  # --- results --------------------------------------------------------------
+
+  def test_value_join_and_arguments
+    assert_equal 3, RapidThread.spawn(1, 2) { |a, b| a + b }.value
+    assert_equal({ k: 1 }, RapidThread.spawn(k: 1) { |**kw| kw }.value)
+    assert_equal [[1], { a: 2 }], RapidThread.spawn(1, a: 2) { |*r, **kw| [r, kw] }.value
+    t = Thread.spawn { :done }
+    assert_same t, t.join
+    assert_same t, t.join(1)
+    assert_equal :done, t.value
+    assert_instance_of RapidThread::Task, t
+  end
+
+  def test_join_limit_returns_nil_on_timeout
+    q = Thread::Queue.new
+    t = task { q.pop }
+    assert_nil t.join(0)
+    assert_nil t.join(0.01)
+    assert_nil t.join(-1)
+    q << 1
+    assert_same t, t.join(10)
+    assert_raises(TypeError) { t.join("1") }
+  end
+
+  def test_exception_is_kept_for_join_and_value
+    t = task { raise ArgumentError, "bad" }
+    2.times { assert_equal "bad", assert_raises(ArgumentError) { t.join }.message }
+    assert_raises(ArgumentError) { t.value }
+    assert_nil t.status
+    refute t.alive?
+  end
+
+  def test_without_a_block
+    assert_equal [ThreadError, "must be called with a block"], error_of { RapidThread.spawn }
+    assert_equal error_of { Thread.new }, error_of { Thread.spawn }
+  end
+
+  def test_join_on_own_task_raises_like_thread
+    q = Thread::Queue.new
+    t = task { q.pop.join }
+    q << t
+    e = assert_raises(ThreadError) { t.join }
+    assert_equal "Target thread must not be current thread", e.message
+  end
+
+  # --- status, thread, backtrace, name ---------------------------------------
+
+  def test_status_through_the_life_of_a_task
+    q = Thread::Queue.new
+    t = task { q.pop }
+    assert t.alive?
+    wait_until { t.status == "sleep" }
+    assert_equal Thread, t.thread.class
+    refute_equal Thread.current, t.thread
+    assert(t.backtrace.any? { |l| l.include?("thread_cache_test.rb") })
+    q << 1
+    t.join
+    assert_equal false, t.status
+    assert_nil t.thread
+    assert_nil t.backtrace
+  end
+
+  def test_task_thread_is_the_current_thread_in_the_block
+    q = Thread::Queue.new
+    t = task { [q.pop.thread, Thread.current] }
+    q << t
+    seen, current = t.value
+    assert_same current, seen
+  end
+
+  def test_name_before_and_while_running
+    q = Thread::Queue.new
+    r = Thread::Queue.new
+    t = task { r << Thread.current.name; q.pop; Thread.current.name }
+    t.name = "first"
+    assert_equal "first", t.name
+    got = r.pop
+    # The name set before start is the thread's name once it runs, unless
+    # the block started first (then it is the default, nil).
+    assert_includes ["first", nil], got
+    t.name = "second"
+    assert_equal "second", t.name
+    q << 1
+    assert_equal "second", t.value
+    assert_raises(TypeError) { t.name = 1 }
+    assert_raises(ArgumentError) { t.name = "a\0b" }
+  end
+
+  # --- fresh state -----------------------------------------------------------
+
+  def test_every_block_starts_with_fresh_thread_state
+    first = RapidThread.spawn do
+      Thread.current[:fiber_local] = 1
+      Thread.current.thread_variable_set(:thread_var, 2)
+      Thread.current.name = "dirty"
+      Thread.current.report_on_exception = false
+      Thread.current.abort_on_exception = true
+      Thread.current
+    end.value
+    fresh = [nil, [], nil, [], nil, Thread.report_on_exception, false, false]
+    # Idle workers are reused in turn; probe until a block lands on `first`.
+    reused = 200.times.any? do
+      thread, *state = RapidThread.spawn do
+        [Thread.current, Thread.current[:fiber_local], Thread.current.keys,
+         Thread.current.thread_variable_get(:thread_var), Thread.current.thread_variables,
+         Thread.current.name, Thread.current.report_on_exception,
+         Thread.current.abort_on_exception, Thread.pending_interrupt?]
+      end.value
+      assert_equal fresh, state
+      thread.equal?(first)
+    end
+    assert reused, "no block ran on the cached thread again"
+  end
+
+  # --- exceptions ------------------------------------------------------------
+
+  def test_report_is_byte_for_byte_thread_news
+    out, err, status = run_ruby(<<~'RUBY')
+      def boom = raise(ArgumentError, "bad value")
+      BLOCK = proc { boom }
+      def capture
+        $stderr = StringIO.new
+        t = yield
+        t.join rescue nil
+        $stderr.string
+      ensure
+        $stderr = STDERR
+      end
+      require "stringio"
+      stock = capture { Thread.new(&BLOCK) }
+      ours = capture { Thread.spawn(&BLOCK) }
+      named = capture { t = Thread.spawn { Thread.current.name = "w"; boom }; t }
+      quiet = capture { t = Thread.spawn { Thread.current.report_on_exception = false; boom }; t }
+      print [stock, ours, named, quiet].map { |s| s.gsub(/0x\h+/, "0xADDR") }.inspect
+    RUBY
+    assert status.success?, err
+    stock, ours, named, quiet = eval(out) # rubocop:disable Security/Eval
+    assert_match(/\A#<Thread:0xADDR -e:2 run> terminated with exception \(report_on_exception is true\):\n-e:1:in `boom': bad value \(ArgumentError\)\n/, stock)
+    assert_equal stock, ours
+    assert_match(/\A#<Thread:0xADDR@w -e:\d+ run> terminated/, named)
+    assert_equal "", quiet
+  end
+
+  def test_report_follows_the_global_default
+    out, err, status = run_ruby(<<~'RUBY')
+      Thread.report_on_exception = false
+      t = Thread.spawn { raise "quiet" }
+      p t.report_on_exception
+      t.join rescue p $!
+    RUBY
+    assert status.success?, err
+    assert_equal "false\n#<RuntimeError: quiet>\n", out
+    assert_equal "", err
+  end
+
+  def test_abort_on_exception_raises_in_main_thread
+    %w[t.abort_on_exception=true Thread.abort_on_exception=true].each do |setting|
+      _out, err, status = run_ruby(<<~RUBY)
+        q = Thread::Queue.new
+        t = Thread.spawn { q.pop; raise "fatal in block" }
+        #{setting}
+        q << 1
+        sleep 10
+        puts "not aborted"
+      RUBY
+      refute status.success?, setting
+      assert_match(/fatal in block \(RuntimeError\)/, err)
+    end
+  end
+
+  def test_exit_in_a_block_exits_the_process
+    out, _err, status = run_ruby('Thread.spawn { exit 3 }; sleep 10; puts "survived"')
+    assert_equal 3, status.exitstatus
+    assert_equal "", out
+  end
+
+  def test_worker_survives_an_exception
+    RapidThread.max_idle = 1
+    a = task { raise "x" }
+    a.join rescue nil
+    created = RapidThread.cache_stats[:created]
+    assert_equal 1, RapidThread.spawn { 1 }.value
+    assert_equal created, RapidThread.cache_stats[:created]
+  ensure
+    RapidThread.max_idle = 64
+  end
+
+  # --- kill and raise --------------------------------------------------------
+
+  def test_kill_a_running_block_runs_its_ensure
+    q = Thread::Queue.new
+    ensured = Thread::Queue.new
+    t = task do
+      q.pop
+    ensure
+      ensured << :ran
+    end
+    wait_until { t.status == "sleep" }
+    assert_same t, t.kill
+    assert_same t, t.join(10)
+    assert_equal false, t.status
+    assert_nil t.value
+    assert_equal :ran, ensured.pop(timeout: 5)
+    assert_equal 5, RapidThread.spawn { 5 }.value, "the cache replaces a killed worker"
+  end
+
+  # Spawns tasks and acts on each at once, while it is likely not to have
+  # started (a GVL switch in between is possible, so a test looks at many
+  # outcomes); returns [what join gave, whether the block ran] for each.
+  def act_on_fresh_tasks(n = 50)
+    Array.new(n) do
+      ran = []
+      t = RapidThread.spawn { ran << true }
+      t.report_on_exception = false
+      yield t
+      got = begin
+        t.join(10)
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        e
+      end
+      [got.equal?(t) ? :joined : got.class, !ran.empty?]
+    end
+  end
+
+  def test_kill_before_start_never_runs_the_block
+    outcomes = act_on_fresh_tasks(&:kill)
+    assert_includes outcomes, [:joined, false], "no kill stopped a block before it ran"
+    assert_equal [:joined], outcomes.map(&:first).uniq
+  end
+
+  def test_raise_before_start_replaces_the_block
+    outcomes = act_on_fresh_tasks { |t| t.raise(IOError, "early") }
+    assert_includes outcomes, [IOError, false], "no raise replaced a block before it ran"
+    refute_includes outcomes, [:joined, false], "a block neither ran nor raised"
+    t = RapidThread.spawn { 1 }
+    t.join
+    assert_nil t.raise(1), "raise on an ended task is ignored, as Thread#raise on a dead thread"
+    q = Thread::Queue.new
+    running = task { q.pop }
+    wait_until { running.status == "sleep" }
+    assert_raises(TypeError) { running.raise(1) }
+    q << 1
+  end
+
+  def test_raise_in_a_running_block
+    q = Thread::Queue.new
+    t = task { q.pop }
+    wait_until { t.status == "sleep" }
+    assert_nil t.raise(ArgumentError, "from outside")
+    e = assert_raises(ArgumentError) { t.join(10) }
+    assert_equal "from outside", e.message
+  end
+
+  # --- liveness and the cache ------------------------------------------------
+
+  def test_every_block_starts_even_when_all_others_block
+    n = 64
+    m = Mutex.new
+    cv = ConditionVariable.new
+    arrived = 0
+    tasks = Array.new(n) do
+      task do
+        m.synchronize do
+          arrived += 1
+          if arrived == n
+            cv.broadcast
+          else
+            cv.wait(m) until arrived == n
+          end
+        end
+        :released
+      end
+    end
+    assert_equal [:released] * n, tasks.map { |t| t.join(TEST_TIMEOUT / 2) && t.value }
+    assert_operator RapidThread.cache_stats[:created], :>=, n
+  end
+
+  def test_short_blocks_reuse_a_few_threads
+    before = RapidThread.cache_stats
+    scaled(2000).times { RapidThread.spawn {}.join }
+    tasks = Array.new(scaled(20_000)) { RapidThread.spawn { 1 } }
+    assert_equal scaled(20_000), tasks.sum(&:value)
+    after = RapidThread.cache_stats
+    assert_operator after[:created] - before[:created], :<=, 64
+    assert_operator after[:reused] - before[:reused], :>=, scaled(20_000)
+    assert_equal 0, after[:busy]
+  end
+
+  def test_idle_threads_expire
+    RapidThread.idle_timeout = 0.05
+    assert_in_delta 0.05, RapidThread.idle_timeout
+    Array.new(4) { RapidThread.spawn { sleep 0.001 } }.each(&:join)
+    wait_until { RapidThread.cache_stats[:threads].zero? }
+    assert_equal 0, RapidThread.cache_stats[:idle]
+    assert_equal 1, RapidThread.spawn { 1 }.value
+  ensure
+    RapidThread.idle_timeout = 3
+  end
+
+  def test_max_idle_bounds_the_idle_threads
+    RapidThread.max_idle = 2
+    q = Thread::Queue.new
+    tasks = Array.new(6) { task { q.pop } }
+    wait_until { RapidThread.cache_stats[:busy] == 6 }
+    6.times { q << 1 }
+    tasks.each(&:join)
+    wait_until { RapidThread.cache_stats[:threads] <= 2 }
+    assert_operator RapidThread.cache_stats[:idle], :<=, 2
+  ensure
+    RapidThread.max_idle = 64
+  end
+
+  def test_configuration_errors
+    assert_raises(ArgumentError) { RapidThread.idle_timeout = -1 }
+    assert_raises(ArgumentError) { RapidThread.max_idle = -1 }
+    assert_raises(TypeError) { RapidThread.max_idle = "1" }
+    stats = RapidThread.cache_stats
+    %i[spawned reused created idle busy peak].each { |k| assert_kind_of Integer, stats[k] }
+  end
+
+  # --- process lifecycle -----------------------------------------------------
+
+  def test_idle_threads_do_not_delay_exit
+    out, err, status = run_ruby(<<~'RUBY', timeout: 10)
+      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      Array.new(8) { Thread.spawn { sleep 0.01 } }.each(&:join)
+      Thread.spawn { sleep }  # blocked forever, like a Thread.new thread at exit
+      at_exit { $stdout.puts "at_exit ran" }
+    RUBY
+    assert status.success?, err
+    assert_equal "at_exit ran\n", out
+  end
+
+  def test_exit_time_is_not_the_idle_timeout
+    t0 = now
+    _out, err, status = run_ruby("Thread.spawn { 1 }.join; RapidThread.idle_timeout = 20", timeout: 15)
+    assert status.success?, err
+    assert_operator now - t0, :<, 10
+  end
+
+  def test_fork_child_has_an_empty_cache
+    skip "no fork" unless Process.respond_to?(:fork)
+    q = Thread::Queue.new
+    blocked = task { q.pop }
+    wait_until { blocked.status == "sleep" }
+    rd, wr = IO.pipe
+    pid = fork do
+      rd.close
+      stats = RapidThread.cache_stats
+      v = RapidThread.spawn(20) { |x| x + 1 }.value
+      wr.write Marshal.dump([stats[:threads], stats[:busy], v, blocked.alive?, blocked.join(1).equal?(blocked)])
+      wr.close
+      exit!(0)
+    end
+    wr.close
+    result = Marshal.load(rd.read)
+    Process.wait(pid)
+    assert_equal [0, 0, 21, false, true], result
+    assert blocked.alive?, "the parent's task is unaffected"
+    q << 1
+    blocked.join
+    assert_equal 2, RapidThread.spawn { 2 }.value
+  end
+
+  # --- GC --------------------------------------------------------------------
+
+  def test_pending_blocks_arguments_and_results_survive_gc
+    gate = Thread::Queue.new
+    hold = task { gate.pop }
+    wait_until { hold.status == "sleep" }
+    tasks = Array.new(200) { |i| RapidThread.spawn("arg-#{i}" * 2) { |s| s + "-done" } }
+    GC.start(full_mark: true, immediate_sweep: true)
+    if GC.respond_to?(:verify_compaction_references)
+      GC.verify_compaction_references(double_heap: true, toward: :empty)
+    end
+    gate << 1
+    assert_equal Array.new(200) { |i| "arg-#{i}" * 2 + "-done" }, tasks.map(&:value)
+    GC.start
+    assert_equal "arg-0arg-0-done", tasks.first.value
+  end
+end
