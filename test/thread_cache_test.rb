@@ -304,6 +304,15 @@ class ThreadCacheTest < RapidThreadTest
     assert_operator RapidThread.cache_stats[:created], :>=, n
   end
 
+  def test_a_block_starts_even_when_others_run_forever
+    stop = false
+    passing = Array.new(3) { task { Thread.pass until stop } }
+    computing = task { 1 until stop } # rubocop:disable Style/InfiniteLoop
+    assert_equal :ok, RapidThread.spawn { :ok }.value
+    stop = true
+    (passing << computing).each(&:join)
+  end
+
   def test_short_blocks_reuse_a_few_threads
     before = RapidThread.cache_stats
     scaled(2000).times { RapidThread.spawn {}.join }

@@ -12,10 +12,9 @@
 //!   is idle, none is starting and no other busy worker is runnable (all
 //!   are blocked), `spawn` (or a `join` on a pending task) starts one at
 //!   once. Otherwise a monitor thread re-checks every `GROW_TICK` while
-//!   tasks are pending and starts one worker per tick while that holds.
-//!   Every pending task therefore gets a thread, even when every other
-//!   block blocks forever, and the thread count follows the number of
-//!   blocks that are actually blocked.
+//!   tasks are pending (see [`monitor_body`]). Every pending task therefore
+//!   gets a thread, even when every other block blocks (or runs) forever,
+//!   and the thread count follows the number of blocks actually blocked.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -51,6 +50,8 @@ pub struct Pool {
     monitor_asleep: bool,
     spawned: u64,
     reused: u64,
+    /// Tasks taken by workers (progress, for the monitor).
+    started: u64,
     created: u64,
     peak: usize,
     idle_timeout: Duration,
@@ -70,6 +71,7 @@ impl Pool {
             monitor_asleep: false,
             spawned: 0,
             reused: 0,
+            started: 0,
             created: 0,
             peak: 0,
             idle_timeout: Duration::from_secs(3),
@@ -197,9 +199,7 @@ fn dispatch() -> Result<(), Error> {
 /// them: no worker idle or starting, and every busy worker (other than the
 /// caller) blocked.
 pub fn ensure_progress() -> Result<(), Error> {
-    let (pending, idle_or_starting) =
-        with(|p| (p.has_pending(), p.idle.waiting() > 0 || p.starting > 0));
-    if !pending || idle_or_starting || any_busy_runnable()? {
+    if !with(Pool::has_pending) || can_progress()? {
         return Ok(());
     }
     match start_worker() {
@@ -208,6 +208,15 @@ pub fn ensure_progress() -> Result<(), Error> {
         Err(_) if with(|p| p.live > 0) => Ok(()),
         Err(e) => Err(e),
     }
+}
+
+/// Whether a worker can take pending tasks soon: one is idle (or just
+/// woken), starting, or busy but runnable.
+fn can_progress() -> Result<bool, Error> {
+    if with(|p| p.idle.waiting() > 0 || p.starting > 0) {
+        return Ok(true);
+    }
+    any_busy_runnable()
 }
 
 /// Whether some busy worker other than the current thread can run (is
@@ -260,9 +269,20 @@ fn arm_monitor() {
 // ---------------------------------------------------------------------------
 
 /// Sleeps while nothing is pending (woken by `arm_monitor`); otherwise
-/// checks every GROW_TICK that pending tasks can make progress.
+/// checks every GROW_TICK that pending tasks can make progress, and grows
+/// the cache when they cannot:
+/// * every busy worker is blocked and none is idle or starting: start
+///   workers at once, one more each tick the stall lasts, doubling up to
+///   `MAX_BATCH` (1, 2, 4, ...: 64 blocked blocks need 7 ticks, not 64);
+/// * or no task has started for `STALL` although workers are runnable
+///   (blocks that compute forever, or never end while passing the GVL):
+///   one more worker, so that a waiting block still starts, as it would
+///   on its own Thread.
 fn monitor_body() -> Option<i32> {
     let me = sys::current_thread();
+    let mut seen = with(|p| p.started);
+    let mut since = Instant::now();
+    let mut batch = 1usize;
     loop {
         if with(|p| p.monitor) != me {
             return None; // forked, or replaced
@@ -284,20 +304,56 @@ fn monitor_body() -> Option<i32> {
                 None => continue,
             }
         }
-        if nap.is_some() {
-            let woke = if with(|p| !p.idle.is_empty() && p.has_pending()) {
-                wait::wake_one(&POOL, idle)
-            } else {
-                ensure_progress()
-            };
-            if let Err(e) = woke {
-                if let Some(tag) = jump_tag(&e) {
-                    with(|p| p.monitor = QNIL);
-                    return Some(tag);
-                }
+        if nap.is_none() {
+            seen = with(|p| p.started);
+            since = Instant::now();
+            batch = 1;
+            continue;
+        }
+        let grown = grow_if_stalled(&mut seen, &mut since, &mut batch);
+        if let Err(e) = grown {
+            if let Some(tag) = jump_tag(&e) {
+                with(|p| p.monitor = QNIL);
+                return Some(tag);
             }
         }
     }
+}
+
+/// No task started for this long while workers were runnable: grow anyway.
+const STALL: Duration = Duration::from_millis(20);
+const MAX_BATCH: usize = 64;
+
+fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Result<(), Error> {
+    if with(|p| !p.idle.is_empty() && p.has_pending()) {
+        return wait::wake_one(&POOL, idle);
+    }
+    let (pending, started, starting) = with(|p| (p.has_pending(), p.started, p.starting));
+    if started != *seen {
+        *seen = started;
+        *since = Instant::now();
+    }
+    if !pending || starting > 0 {
+        *batch = 1;
+        return Ok(());
+    }
+    let n = if !can_progress()? {
+        let n = *batch;
+        *batch = (*batch * 2).min(MAX_BATCH);
+        n
+    } else if since.elapsed() >= STALL {
+        1
+    } else {
+        *batch = 1;
+        return Ok(());
+    };
+    *since = Instant::now();
+    for _ in 0..n.min(with(|p| p.pending.len())) {
+        if start_worker().is_err() {
+            break; // out of threads for now; the next tick tries again
+        }
+    }
+    Ok(())
 }
 
 /// The tag of a kill / exit (which must end the thread), or None for an
@@ -383,6 +439,7 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
             if p.has_pending() {
                 let t = p.pending.pop_front();
                 p.busy.push(me);
+                p.started += 1;
                 if std::mem::replace(&mut live.ran, true) {
                     p.reused += 1;
                 }
