@@ -5,6 +5,10 @@
 #   RAPID_THREAD_BENCH_IMPL=stock  -> Thread::Queue, ...
 #   RAPID_THREAD_BENCH_IMPL=gem    -> RapidThread::Queue, ...
 #   RAPID_THREAD_BENCH_IMPL=stock-b -> stock again (benchmark/run.rb --control)
+#   RAPID_THREAD_BENCH_IMPL=concurrent -> stock classes, threads from
+#     concurrent-ruby (Promises.future_on a CachedThreadPool): the peer for
+#     the thread-creation benchmarks (benchmark/run.rb --peer)
+# BenchImpl.thread { } is Thread.new for stock, Thread.spawn for the gem.
 # BENCH_SCALE (default 1.0) shrinks iteration counts for quick/smoke runs.
 module BenchImpl
   NAME = ENV.fetch("RAPID_THREAD_BENCH_IMPL", "stock")
@@ -21,8 +25,36 @@ module BenchImpl
     Queue = ::RapidThread::Queue
     SizedQueue = ::RapidThread::SizedQueue
     ConditionVariable = ::RapidThread::ConditionVariable
+  when "concurrent"
+    require "concurrent"
+    Queue = ::Thread::Queue
+    SizedQueue = ::Thread::SizedQueue
+    ConditionVariable = ::Thread::ConditionVariable
+    POOL = Concurrent::CachedThreadPool.new
+
+    # The part of Thread's interface the benchmarks use, over a future.
+    Future = Struct.new(:future) do
+      def join
+        future.wait
+        raise future.reason if future.rejected?
+
+        self
+      end
+
+      def value = future.value!
+      def alive? = !future.resolved?
+    end
   else
     abort "unknown RAPID_THREAD_BENCH_IMPL=#{NAME.inspect} (stock or gem)"
+  end
+
+  # Where stock calls Thread.new: Thread.spawn in gem mode.
+  def self.thread(*args, &block)
+    case NAME
+    when "gem" then Thread.spawn(*args, &block)
+    when "concurrent" then Future.new(Concurrent::Promises.future_on(POOL, *args, &block))
+    else Thread.new(*args, &block)
+    end
   end
 
   # Stock's iteration count, scaled (never below 1).

@@ -3,118 +3,235 @@
 # Interleaved stock-vs-gem benchmark runner.
 #
 #   ruby benchmark/run.rb [options] [name ...]
-#     --rounds N    rounds per mode (default 5); each round runs stock, then gem
-#     --scale S     multiply iteration counts by S (default 1)
-#     --modes LIST  unpinned,pinned (default both; pinned = taskset -c 0)
-#     --json PATH   where to write raw figures (default benchmark/results/latest.json)
+#     --rounds N     rounds per mode (default 5); each round runs stock, gem
+#                    (and the control / peer sides), in that order
+#     --scale S      multiply iteration counts by S (default 1)
+#     --modes LIST   unpinned,pinned (default both; pinned = taskset -c 0)
+#     --json PATH    raw figures (default benchmark/results/latest.json);
+#                    the chart is written beside it (.svg)
+#     --no-control   skip the A/A side (stock again, "stock-b") whose ratio
+#                    stock/stock-b is the noise floor printed in every row
+#     --control      A/A only: the "gem" side is stock too
+#     --peer         add concurrent-ruby (Debian's ruby-concurrent) as a third
+#                    side for the thread-creation benchmarks (PEER below)
+#     --idle LIST    waiter counts for the idle-waiters scenario
+#                    (default 0,100,1000,5000; "none" skips it)
+#     --from-json P  re-print the table and re-draw the chart of a saved run
 #
 # Each run is a separate process. Ratios are stock median / gem median from
 # the same interleaved run. Wall and CPU (user+sys) are measured inside the
-# child by benchmark/probe.rb; peak RSS is VmHWM.
+# child by benchmark/probe.rb; peak RSS is VmHWM. A run that fails (stock
+# cannot create 100k threads on one CPU) is shown as failed, not dropped.
 require "json"
 require "optparse"
 require "rbconfig"
 require "tmpdir"
 require "etc"
 require "time"
+require "open3"
 
 DIR = __dir__
-opts = { rounds: 5, scale: 1.0, modes: %w[unpinned pinned], json: File.join(DIR, "results", "latest.json") }
+opts = { rounds: 5, scale: 1.0, modes: %w[unpinned pinned], json: File.join(DIR, "results", "latest.json"),
+         with_control: true, idle: [0, 100, 1000, 5000] }
 OptionParser.new do |o|
   o.on("--rounds N", Integer) { |v| opts[:rounds] = v }
   o.on("--scale S", Float) { |v| opts[:scale] = v }
   o.on("--modes LIST") { |v| opts[:modes] = v.split(",") }
   o.on("--json PATH") { |v| opts[:json] = v }
-  o.on("--chart PATH", "SVG bar chart of the speedups (default: beside the JSON)") { |v| opts[:chart] = v }
-  o.on("--from-json PATH", "re-print the table and re-draw the chart of a saved run") { |v| opts[:from] = v }
-  o.on("--control", "A/A run: stock against stock, the noise floor for every ratio") { opts[:control] = true }
+  o.on("--chart PATH") { |v| opts[:chart] = v }
+  o.on("--from-json PATH") { |v| opts[:from] = v }
+  o.on("--control") { opts[:control] = true }
+  o.on("--no-control") { opts[:with_control] = false }
+  o.on("--peer") { opts[:peer] = true }
+  o.on("--idle LIST") { |v| opts[:idle] = v == "none" ? [] : v.split(",").map { |x| Integer(x) } }
 end.parse!
 
+# What each benchmark swaps in gem mode (the rest is stock's code as is).
+NOTES = {
+  "vm_thread_alive_check" => "spawn (+ alive? hands the GVL to the woken worker)",
+  "vm_thread_alive_check1" => "spawn (+ alive? hands the GVL to the woken worker)",
+  "vm_thread_close" => "spawn only: fewer live threads while IO#close scans them (blocks start lazily)",
+  "vm_thread_condvar1" => "ConditionVariable + spawn",
+  "vm_thread_condvar2" => "ConditionVariable + spawn",
+  "vm_thread_create_join" => "spawn",
+  "vm_thread_mutex1" => "spawn only (Mutex is stock's): ~1.0x expected",
+  "vm_thread_mutex2" => "spawn only (Mutex is stock's)",
+  "vm_thread_mutex3" => "spawn only: 2000 blocks share few threads, less contention",
+  "vm_thread_pass" => "spawn only: the 8 blocks mostly run one after another on one worker",
+  "vm_thread_pass_flood" => "spawn only: blocks that never end start gradually (1 per 20 ms), not all 5000 at once",
+  "vm_thread_pipe" => "spawn only: ~1.0x expected",
+  "vm_thread_queue" => "Queue + spawn",
+  "vm_thread_sized_queue" => "SizedQueue + spawn",
+  "vm_thread_sized_queue2" => "SizedQueue + spawn",
+  "vm_thread_sized_queue3" => "SizedQueue + spawn",
+  "vm_thread_sized_queue4" => "SizedQueue + spawn",
+  "vm_thread_sleep" => "spawn only: sleeping blocks start gradually; the process exits first",
+  "spawn_storm" => "seed scenario: 100k spawns, then join all",
+  "micro_push_pop" => "Queue, one thread",
+  "handoff_pingpong" => "Queue + spawn, two threads"
+}.freeze
+# Benchmarks with a concurrent-ruby side under --peer.
+PEER = %w[spawn_storm vm_thread_create_join].freeze
+
 all = Dir[File.join(DIR, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl probe run]
-names = ARGV.empty? ? all.sort : ARGV
+names = ARGV.empty? ? all.sort_by { |n| [n.start_with?("vm_thread_") ? 0 : 1, n] } : ARGV
 names.each { |n| abort "no benchmark #{n} (have: #{all.sort.join(', ')})" unless all.include?(n) }
-# In a control run the "gem" side is stock again (impl.rb's "stock-b").
-IMPLS = %w[stock gem].freeze
-SIDE = opts[:control] ? { "stock" => "stock", "gem" => "stock-b" } : { "stock" => "stock", "gem" => "gem" }
+
+# side => RAPID_THREAD_BENCH_IMPL. In a --control run the "gem" side is stock.
+def sides_for(name, opts)
+  s = { "stock" => "stock", "gem" => opts[:control] ? "stock-b" : "gem" }
+  s["control"] = "stock-b" if opts[:with_control] && !opts[:control]
+  s["concurrent"] = "concurrent" if opts[:peer] && PEER.include?(name)
+  s
+end
 
 def median(xs)
   s = xs.sort
   s.size.odd? ? s[s.size / 2] : (s[s.size / 2 - 1] + s[s.size / 2]) / 2.0
 end
 
-def run_one(name, impl, mode, scale)
+def run_one(script, impl, mode, scale, env_extra = {}, timeout: 600)
   Dir.mktmpdir do |d|
     out = File.join(d, "probe.jsonl")
-    env = { "RAPID_THREAD_BENCH_IMPL" => impl, "BENCH_SCALE" => scale.to_s, "RAPID_THREAD_BENCH_OUT" => out }
-    cmd = [RbConfig.ruby, "-r#{File.join(DIR, 'probe.rb')}", File.join(DIR, "#{name}.rb")]
+    env = { "RAPID_THREAD_BENCH_IMPL" => impl, "BENCH_SCALE" => scale.to_s, "RAPID_THREAD_BENCH_OUT" => out }.merge(env_extra)
+    cmd = [RbConfig.ruby, "-r#{File.join(DIR, 'probe.rb')}", script]
     cmd = ["taskset", "-c", "0", *cmd] if mode == "pinned"
-    ok = system(env, *cmd, out: File::NULL)
-    raise "#{name} (#{impl}, #{mode}) failed: #{$?.inspect}" unless ok && File.exist?(out)
-    JSON.parse(File.readlines(out).last, symbolize_names: true)
+    stdout, stderr, status = Open3.capture3(env, "timeout", timeout.to_s, *cmd)
+    unless status.success? && File.exist?(out)
+      return { failed: "#{status.exitstatus}: #{stderr.lines.grep(/Error|error/).first&.strip || stderr.lines.last&.strip}" }
+    end
+    JSON.parse(File.readlines(out).last, symbolize_names: true).merge(stdout: stdout.strip)
   end
 end
+
+def stats(runs, key)
+  xs = runs.reject { |r| r[:failed] }.map { |r| r[key] }
+  return nil if xs.empty?
+
+  { median: median(xs), min: xs.min, max: xs.max }
+end
+
+def progress(started, *fields)
+  elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+  $stderr.print format("\r[%7.1fs] %-60s", elapsed, fields.join(" "))
+end
+
+ratio = ->(a, b) { a && b ? a[:median] / [b[:median], 1e-9].max : nil }
 
 if opts[:from]
   saved = JSON.parse(File.read(opts[:from]), symbolize_names: true)
   rows = saved[:results]
+  idle_rows = saved[:idle_waiters] || []
   machine = saved[:machine]
-  opts[:rounds] = machine[:rounds]
 else
   started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  results = {}
+  rows = []
   names.each do |name|
+    sides = sides_for(name, opts)
     opts[:modes].each do |mode|
       runs = Hash.new { |h, k| h[k] = [] }
       opts[:rounds].times do |r|
-        IMPLS.each do |impl|
-          elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-          $stderr.print format("\r[%7.1fs] %-24s %-8s round %d/%d %-5s ", elapsed, name, mode, r + 1, opts[:rounds], impl)
-          runs[impl] << run_one(name, SIDE[impl], mode, opts[:scale])
+        sides.each do |side, impl|
+          progress(started, name, mode, "round #{r + 1}/#{opts[:rounds]}", side)
+          runs[side] << run_one(File.join(DIR, "#{name}.rb"), impl, mode, opts[:scale])
         end
       end
-      results[[name, mode]] = runs
+      s = sides.keys.to_h { |k| [k, %i[wall cpu rss_kb].to_h { |m| [m, stats(runs[k], m)] }] }
+      rows << { name: name, mode: mode, sides: s, note: NOTES[name],
+                failures: runs.transform_values { |rs| rs.count { |x| x[:failed] } }.select { |_, v| v.positive? },
+                errors: runs.values.flatten.filter_map { |x| x[:failed] }.uniq,
+                speedup: ratio.(s["stock"][:wall], s["gem"][:wall]),
+                control: s["control"] && ratio.(s["stock"][:wall], s["control"][:wall]),
+                vs_peer: s["concurrent"] && ratio.(s["concurrent"][:wall], s["gem"][:wall]),
+                raw: runs }
+    end
+  end
+
+  # Seed scenario "idle waiters": the counter reached by a running thread
+  # while N threads wait in pop on their own queues; counter(N)/counter(0).
+  idle_rows = []
+  unless opts[:idle].empty? || opts[:control]
+    seconds = [1.0 * opts[:scale], 0.2].max.clamp(0.2, 1.0)
+    counts = Hash.new { |h, k| h[k] = [] }
+    opts[:rounds].times do |r|
+      opts[:idle].each do |n|
+        %w[stock gem].each do |impl|
+          progress(started, "idle_waiters", "N=#{n}", "round #{r + 1}/#{opts[:rounds]}", impl)
+          res = run_one(File.join(DIR, "scenarios", "idle_waiters.rb"), impl, "unpinned", 1,
+                        { "IDLE_WAITERS" => n.to_s, "IDLE_SECONDS" => seconds.to_s })
+          counts[[impl, n]] << Integer(res[:stdout]) unless res[:failed]
+        end
+      end
+    end
+    opts[:idle].each do |n|
+      row = { n: n }
+      %w[stock gem].each do |impl|
+        c = counts[[impl, n]]
+        base = counts[[impl, opts[:idle].min]]
+        row[impl.to_sym] = { median: c.empty? ? nil : median(c), relative: c.empty? || base.empty? ? nil : median(c) / median(base).to_f }
+      end
+      idle_rows << row
     end
   end
   $stderr.puts
 
-  def stats(runs, key)
-    xs = runs.map { |r| r[key] }
-    { median: median(xs), min: xs.min, max: xs.max }
-  end
-
-  rows = results.map do |(name, mode), runs|
-    s = IMPLS.to_h { |i| [i, { wall: stats(runs[i], :wall), cpu: stats(runs[i], :cpu), rss_kb: stats(runs[i], :rss_kb) }] }
-    { name: name, mode: mode, stock: s["stock"], gem: s["gem"],
-      speedup: s["stock"][:wall][:median] / s["gem"][:wall][:median],
-      cpu_ratio: s["stock"][:cpu][:median] / [s["gem"][:cpu][:median], 1e-9].max, raw: runs }
-  end
   machine = {
     cpu: File.read("/proc/cpuinfo")[/^model name\s*:\s*(.+)$/, 1], cores: Etc.nprocessors,
     ruby: RUBY_DESCRIPTION, gem_version: File.read(File.join(DIR, "../lib/rapid_thread/version.rb"))[/"(.+)"/, 1],
-    date: Time.now.utc.iso8601, rounds: opts[:rounds], scale: opts[:scale], control: opts[:control] || false
+    date: Time.now.utc.iso8601, rounds: opts[:rounds], scale: opts[:scale], control: opts[:control] || false,
+    elapsed_s: (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started).round(1)
   }
   require "fileutils"
   FileUtils.mkdir_p(File.dirname(opts[:json]))
-  File.write(opts[:json], JSON.pretty_generate(machine: machine, results: rows))
+  File.write(opts[:json], JSON.pretty_generate(machine: machine, results: rows, idle_waiters: idle_rows))
 end
 
-fmt = ->(st) { format("%.3f (%.3f–%.3f)", st[:median], st[:min], st[:max]) }
+sec = ->(st) { st ? format("%.3f (%.3f–%.3f)", st[:median], st[:min], st[:max]) : "failed" }
+x = ->(v) { v ? format("%.2fx", v) : "–" }
+mb = ->(st) { st ? format("%.0f", st[:median] / 1024.0) : "–" }
+cpu = ->(st) { st ? format("%.2f", st[:median]) : "–" }
+peer = rows.any? { |r| r[:vs_peer] }
 puts "CONTROL RUN: both columns are stock Ruby; the ratios are the noise floor.\n\n" if machine[:control]
-puts "| benchmark | mode | stock s | rapid_thread s | speedup | CPU s stock / gem | RSS MB stock / gem |"
-puts "|---|---|---|---|---|---|---|"
-rows.each do |r|
-  puts format("| %s | %s | %s | %s | **%.2fx** | %.2f / %.2f | %.0f / %.0f |", r[:name], r[:mode], fmt.(r[:stock][:wall]),
-              fmt.(r[:gem][:wall]), r[:speedup], r[:stock][:cpu][:median], r[:gem][:cpu][:median],
-              r[:stock][:rss_kb][:median] / 1024.0, r[:gem][:rss_kb][:median] / 1024.0)
+%w[unpinned pinned].each do |mode|
+  mrows = rows.select { |r| r[:mode] == mode }
+  next if mrows.empty?
+
+  puts "\n#### #{mode == 'pinned' ? 'Pinned (taskset -c 0)' : 'Unpinned'}\n\n"
+  head = "| name | stock s | rapid_thread s | speedup | A/A | CPU s stock / gem | RSS MB stock / gem |"
+  head += " concurrent-ruby s | gem vs concurrent |" if peer
+  puts head, head.gsub(/[^|]+/, "---")
+  mrows.each do |r|
+    s = r[:sides].transform_keys(&:to_s)
+    line = format("| %s | %s | %s | **%s** | %s | %s / %s | %s / %s |", r[:name], sec.(s["stock"][:wall]), sec.(s["gem"][:wall]),
+                  x.(r[:speedup]), x.(r[:control]), cpu.(s["stock"][:cpu]), cpu.(s["gem"][:cpu]), mb.(s["stock"][:rss_kb]), mb.(s["gem"][:rss_kb]))
+    line += format(" %s | %s |", s["concurrent"] ? sec.(s["concurrent"][:wall]) : "", x.(r[:vs_peer])) if peer
+    puts line
+  end
+end
+notes = rows.map { |r| [r[:name], r[:note]] }.uniq.select(&:last)
+puts "\nWhat gem mode swaps in:\n\n" + notes.map { |n, t| "- #{n}: #{t}" }.join("\n") unless notes.empty?
+failed = rows.reject { |r| r[:failures].nil? || r[:failures].empty? }
+unless failed.empty?
+  puts "\nFailed runs (counted as failed, left out of the medians):"
+  failed.each { |r| puts "- #{r[:name]} (#{r[:mode]}): #{r[:failures].map { |k, v| "#{k} #{v}x" }.join(', ')}: #{r[:errors].join('; ')}" }
+end
+unless idle_rows.empty?
+  puts "\n#### Idle waiters (unpinned): counter reached while N threads wait in pop; counter(N)/counter(0)\n\n"
+  puts "| N | stock counter | stock ratio | rapid_thread counter | rapid_thread ratio |", "|---|---|---|---|---|"
+  idle_rows.each do |r|
+    f = ->(h) { [h[:median] ? h[:median].round.to_s : "failed", h[:relative] ? format("%.2f", h[:relative]) : "–"] }
+    puts "| #{r[:n]} | #{f.(r[:stock]).join(' | ')} | #{f.(r[:gem]).join(' | ')} |"
+  end
 end
 
 # A small SVG bar chart: one bar per benchmark and mode, log scale so that
 # 1.1x and 40x both read; the 1.0x line is drawn.
 def svg_chart(rows, title)
-  bar_h = 16
-  gap = 6
-  left = 280
-  width = 840
+  rows = rows.select { |r| r[:speedup] }
+  bar_h = 14
+  gap = 5
+  left = 290
+  width = 860
   plot_w = width - left - 70
   max = [rows.map { |r| r[:speedup] }.max || 1, 2].max
   scale = ->(x) { (Math.log10([x, 0.1].max) - Math.log10(0.5)) / (Math.log10(max * 1.2) - Math.log10(0.5)) * plot_w }
@@ -125,20 +242,21 @@ def svg_chart(rows, title)
     y = 40 + i * (bar_h + gap)
     color = r[:mode] == "pinned" ? "#e08a2c" : "#2c6fe0"
     color = "#c0392b" if r[:speedup] < 1
-    out << %(<text x="#{left - 6}" y="#{y + 12}" text-anchor="end">#{r[:name]} (#{r[:mode]})</text>\n)
+    out << %(<text x="#{left - 6}" y="#{y + 11}" text-anchor="end">#{r[:name]} (#{r[:mode]})</text>\n)
     out << %(<rect x="#{left}" y="#{y}" width="#{scale.(r[:speedup]).round(1)}" height="#{bar_h}" fill="#{color}"/>\n)
-    out << %(<text x="#{left + scale.(r[:speedup]) + 4}" y="#{y + 12}">#{format('%.2fx', r[:speedup])}</text>\n)
+    out << %(<text x="#{left + scale.(r[:speedup]) + 4}" y="#{y + 11}">#{format('%.2fx', r[:speedup])}</text>\n)
   end
   one = left + scale.(1.0)
   bottom = 40 + rows.size * (bar_h + gap)
   out << %(<line x1="#{one}" y1="32" x2="#{one}" y2="#{bottom}" stroke="black" stroke-dasharray="4 3"/>\n)
   out << %(<text x="#{one}" y="#{bottom + 16}" text-anchor="middle">1.0x (stock)</text>\n)
-  out << %(<text x="#{width - 10}" y="#{bottom + 16}" text-anchor="end" fill="#555">blue: unpinned, orange: pinned (taskset -c 0); log scale</text>\n)
+  out << %(<text x="#{width - 10}" y="#{bottom + 16}" text-anchor="end" fill="#555">blue: unpinned, orange: pinned (taskset -c 0); red: slower; log scale</text>\n)
   out << "</svg>\n"
 end
 
 chart = opts[:chart] || opts[:json].sub(/\.json\z/, "") + ".svg"
 File.write(chart, svg_chart(rows, "rapid_thread speedup over stock Ruby #{RUBY_VERSION} (stock time / gem time)"))
 
-puts "\n#{opts[:rounds]} interleaved rounds (stock, gem, stock, gem, ...); medians (min–max). " \
-     "#{machine[:cpu]}, #{machine[:cores]} cores, #{RUBY_VERSION}. Raw figures: #{opts[:json]}, chart: #{chart}"
+puts "\n#{machine[:rounds]} interleaved rounds (stock, gem#{', stock again (A/A)' if rows.any? { |r| r[:control] }}, ...); " \
+     "medians (min–max), scale #{machine[:scale]}. #{machine[:cpu]}, #{machine[:cores]} cores, #{machine[:ruby]}, " \
+     "#{machine[:date]}. Raw figures: #{opts[:json]}, chart: #{chart}"

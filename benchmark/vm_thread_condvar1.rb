@@ -9,7 +9,7 @@ max = BenchImpl.n(100000)
 i = 0
 wait = nil
 m2.synchronize do
-  wait = Thread.new do
+  wait = BenchImpl.thread do
     m1.synchronize do
       m2.synchronize { cv2.signal }
       while (i += 1) < max

@@ -13,7 +13,7 @@ waiters = n.times.map do |i|
   scvs << start_cv
   start_mtx = Thread::Mutex.new
   start_mtx.synchronize do
-    th = Thread.new(start_mtx, start_cv) do |sm, scv|
+    th = BenchImpl.thread(start_mtx, start_cv) do |sm, scv|
       m.synchronize do
         sm.synchronize { scv.signal }
         max.times do

@@ -4,13 +4,13 @@ require_relative "impl"
 
 n = BenchImpl.n(10_000_000)
 q = BenchImpl::Queue.new
-consumer = Thread.new{
+consumer = BenchImpl.thread{
   while q.pop
     # consuming
   end
 }
 
-producer = Thread.new{
+producer = BenchImpl.thread{
   n.times{
     q.push true
   }

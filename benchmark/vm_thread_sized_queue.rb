@@ -4,13 +4,13 @@ require_relative "impl"
 
 n = BenchImpl.n(1_000_000)
 q = BenchImpl::SizedQueue.new(100)
-consumer = Thread.new{
+consumer = BenchImpl.thread{
   while q.pop
     # consuming
   end
 }
 
-producer = Thread.new{
+producer = BenchImpl.thread{
   while n > 0
     q.push true
     n -= 1

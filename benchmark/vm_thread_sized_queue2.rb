@@ -5,14 +5,14 @@ n = BenchImpl.n(1_000_000)
 m = 10
 q = BenchImpl::SizedQueue.new(100)
 consumers = m.times.map do
-  Thread.new do
+  BenchImpl.thread do
     while q.pop
       # consuming
     end
   end
 end
 
-producer = Thread.new do
+producer = BenchImpl.thread do
   while n > 0
     q.push true
     n -= 1

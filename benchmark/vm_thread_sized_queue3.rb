@@ -4,14 +4,14 @@ require_relative "impl"
 n = BenchImpl.n(1_000_000)
 m = 10
 q = BenchImpl::SizedQueue.new(100)
-consumer = Thread.new do
+consumer = BenchImpl.thread do
   while q.pop
     # consuming
   end
 end
 
 producers = m.times.map do
-  Thread.new do
+  BenchImpl.thread do
     while n > 0
       q.push true
       n -= 1

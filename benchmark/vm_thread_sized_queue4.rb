@@ -6,7 +6,7 @@ n = 10
 m = 10
 q = BenchImpl::SizedQueue.new(100)
 consumers = n.times.map do
-  Thread.new do
+  BenchImpl.thread do
     while q.pop
       # consuming
     end
@@ -14,7 +14,7 @@ consumers = n.times.map do
 end
 
 producers = m.times.map do
-  Thread.new do
+  BenchImpl.thread do
     while nr > 0
       q.push true
       nr -= 1

@@ -204,14 +204,12 @@ class ThreadCacheTest < RapidThreadTest
   end
 
   def test_worker_survives_an_exception
-    RapidThread.max_idle = 1
-    a = task { raise "x" }
-    a.join rescue nil
-    created = RapidThread.cache_stats[:created]
-    assert_equal 1, RapidThread.spawn { 1 }.value
-    assert_equal created, RapidThread.cache_stats[:created]
-  ensure
-    RapidThread.max_idle = 64
+    worker = nil
+    a = task { worker = Thread.current; raise "x" }
+    assert_raises(RuntimeError) { a.join }
+    assert worker.alive?, "the worker died with the block's exception"
+    assert(200.times.any? { RapidThread.spawn { Thread.current }.value.equal?(worker) },
+           "the worker never served another block")
   end
 
   # --- kill and raise --------------------------------------------------------

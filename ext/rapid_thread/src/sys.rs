@@ -884,3 +884,48 @@ pub fn make_exception(args: &[VALUE]) -> Result<VALUE, Error> {
     // `args` outlives the call.
     protect(|| unsafe { rb_sys::rb_make_exception(args.len() as _, args.as_ptr()) })
 }
+
+struct YieldArgs {
+    budget: Duration,
+    interrupted: AtomicBool,
+}
+
+unsafe extern "C" fn yield_nogvl(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the YieldArgs on the caller's stack, alive for the
+    // whole call; nothing here panics.
+    let a = &*(arg as *const YieldArgs);
+    let epoch = GVL_RELEASES.load(Ordering::Acquire);
+    let start = Instant::now();
+    while GVL_RELEASES.load(Ordering::Acquire) == epoch
+        && !a.interrupted.load(Ordering::Relaxed)
+        && start.elapsed() < a.budget
+    {
+        libc::sched_yield();
+    }
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn yield_ubf(arg: *mut c_void) {
+    // SAFETY: `arg` is the YieldArgs, alive while the call runs.
+    (*(arg as *const YieldArgs))
+        .interrupted
+        .store(true, Ordering::Relaxed);
+}
+
+/// Gives the GVL to a thread spinning for it in one of our waits (phase 2
+/// of the two-phase wait, which Thread.pass cannot see: it is not queued
+/// on the GVL), and takes it back once that thread has released it again
+/// through one of our waits, or after `budget`. Never raises.
+pub fn yield_gvl(budget: Duration) {
+    note_gvl_release();
+    let args = YieldArgs {
+        budget,
+        interrupted: AtomicBool::new(false),
+    };
+    let p = &args as *const YieldArgs as *mut c_void;
+    // SAFETY: `args` outlives the call; the unblock function only stores
+    // an atomic flag; the `2` variant never raises (see spin_without_gvl).
+    unsafe {
+        rb_sys::rb_thread_call_without_gvl2(Some(yield_nogvl), p, Some(yield_ubf), p);
+    }
+}

@@ -316,8 +316,21 @@ fn value(rb_self: Value) -> Result<Value, Error> {
     })))
 }
 
+/// Thread#alive?. Polling a task that has not started (`while t.alive?;
+/// Thread.pass; end`) is waiting for it: its woken worker spins for the
+/// GVL where Thread.pass does not see it, so the poll hands the GVL over
+/// through our own hint instead (docs/design.md, "Thread cache").
 fn is_alive(rb_self: Value) -> Result<bool, Error> {
-    Ok(Task::get(&rb_self)?.state.with(State::alive))
+    let task = Task::get(&rb_self)?;
+    if task.phase() == Phase::Pending && !sys::thread_alone() {
+        let budget = Duration::from_micros(
+            sys::GVL_SPIN_US.load(std::sync::atomic::Ordering::Relaxed) as u64,
+        );
+        sys::yield_gvl(budget);
+        // Interrupts that arrived meanwhile are raised here, as by Thread.pass.
+        sys::check_ints()?;
+    }
+    Ok(task.state.with(State::alive))
 }
 
 /// Thread#status: "run" until the block starts, the worker's status while

@@ -1,0 +1,24 @@
+# Mirrors ruby 3.1.2 benchmark/vm_thread_mutex2.rb (Thread::Mutex is stock's
+# in both modes; only the threads are spawned in gem mode).
+require_relative "impl"
+# two threads, one mutex
+
+require 'thread'
+m = Thread::Mutex.new
+r = 0
+max = ((1000 * Math.sqrt(BenchImpl::SCALE)).round * 2).clamp(2, 2000) # even, as lmax halves it
+lmax = (max * max)/2
+(1..2).map{
+  BenchImpl.thread{
+    i = 0
+    while i<lmax
+      i += 1
+      m.synchronize{
+        r += 1
+      }
+    end
+  }
+}.each{|e|
+  e.join
+}
+raise r.to_s if r != max * max
