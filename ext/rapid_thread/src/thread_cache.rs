@@ -430,7 +430,7 @@ fn worker_body() -> Option<i32> {
 /// idle list for one; None when the worker should exit (idle timeout, or
 /// `max_idle` workers already idle).
 fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
-    let deadline = wait::deadline_after(Some(with(|p| p.idle_timeout)));
+    let idle_since = Instant::now();
     loop {
         let took = with(|p| {
             if std::mem::replace(&mut live.starting, false) {
@@ -453,6 +453,9 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
             Some(None) => return Ok(None),
             None => {}
         }
+        // Re-read each time: a changed idle_timeout applies to waiting
+        // workers too (the setter wakes them).
+        let deadline = idle_since.checked_add(with(|p| p.idle_timeout));
         if deadline.is_some_and(|d| d <= Instant::now()) {
             return Ok(None);
         }
@@ -644,6 +647,8 @@ fn set_idle_timeout(secs: f64) -> Result<f64, Error> {
     }
     let d = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
     with(|p| p.idle_timeout = d);
+    // Idle workers re-check their deadline against the new timeout.
+    wait::wake_all(&POOL, idle)?;
     Ok(secs)
 }
 
@@ -656,6 +661,8 @@ fn set_max_idle(n: i64) -> Result<i64, Error> {
         return Err(errors::arg_error("max_idle must not be negative"));
     }
     with(|p| p.max_idle = n as usize);
+    // Idle workers over the new limit exit.
+    wait::wake_all(&POOL, idle)?;
     Ok(n)
 }
 
