@@ -192,24 +192,43 @@ mb = ->(st) { st ? format("%.0f", st[:median] / 1024.0) : "–" }
 cpu = ->(st) { st ? format("%.2f", st[:median]) : "–" }
 peer = rows.any? { |r| r[:vs_peer] }
 puts "CONTROL RUN: both columns are stock Ruby; the ratios are the noise floor.\n\n" if machine[:control]
-%w[unpinned pinned].each do |mode|
-  mrows = rows.select { |r| r[:mode] == mode }
-  next if mrows.empty?
-
-  puts "\n#### #{mode == 'pinned' ? 'Pinned (taskset -c 0)' : 'Unpinned'}\n\n"
-  head = "| name | stock s | rapid_thread s | speedup | A/A | CPU s stock / gem | RSS MB stock / gem |"
-  head += " concurrent-ruby s | gem vs concurrent |" if peer
-  puts head, head.gsub(/[^|]+/, "---")
-  mrows.each do |r|
-    s = r[:sides].transform_keys(&:to_s)
-    line = format("| %s | %s | %s | **%s** | %s | %s / %s | %s / %s |", r[:name], sec.(s["stock"][:wall]), sec.(s["gem"][:wall]),
-                  x.(r[:speedup]), x.(r[:control]), cpu.(s["stock"][:cpu]), cpu.(s["gem"][:cpu]), mb.(s["stock"][:rss_kb]), mb.(s["gem"][:rss_kb]))
-    line += format(" %s | %s |", s["concurrent"] ? sec.(s["concurrent"][:wall]) : "", x.(r[:vs_peer])) if peer
-    puts line
-  end
+# One row per benchmark (ruby-core style: name | stock | rapid_thread |
+# speedup), the pinned figures in the next columns, then the A/A noise
+# floor, CPU, RSS and the concurrent-ruby peer where there is one.
+modes = rows.map { |r| r[:mode] }.uniq
+head = ["name"]
+modes.each do |m|
+  t = m == "pinned" ? "pinned " : ""
+  head += ["#{t}stock s", "#{t}rapid_thread s", "#{t}speedup", "#{t}A/A"]
 end
+head += ["CPU s stock / gem", "RSS MB stock / gem"]
+head += ["concurrent-ruby s", "gem vs concurrent"] if peer
+puts "| #{head.join(' | ')} |", "|#{'---|' * head.size}"
+rows.group_by { |r| r[:name] }.each do |name, rs|
+  cells = [name]
+  modes.each do |m|
+    r = rs.find { |x| x[:mode] == m }
+    s = r ? r[:sides].transform_keys(&:to_s) : {}
+    cells += r ? [sec.(s["stock"][:wall]), sec.(s["gem"][:wall]), "**#{x.(r[:speedup])}**", x.(r[:control])] : %w[– – – –]
+  end
+  first = rs.first[:sides].transform_keys(&:to_s)
+  cells << "#{cpu.(first['stock'][:cpu])} / #{cpu.(first['gem'][:cpu])}"
+  cells << "#{mb.(first['stock'][:rss_kb])} / #{mb.(first['gem'][:rss_kb])}"
+  if peer
+    pr = rs.select { |r| r[:vs_peer] }
+    cells << pr.map { |r| sec.(r[:sides].transform_keys(&:to_s)["concurrent"][:wall]) }.join(" / ")
+    cells << pr.map { |r| x.(r[:vs_peer]) }.join(" / ")
+  end
+  puts "| #{cells.join(' | ')} |"
+end
+puts "\nCPU and RSS are medians of the #{modes.first} runs; the concurrent-ruby columns list #{modes.join(' / ')}." 
 notes = rows.map { |r| [r[:name], r[:note]] }.uniq.select(&:last)
 puts "\nWhat gem mode swaps in:\n\n" + notes.map { |n, t| "- #{n}: #{t}" }.join("\n") unless notes.empty?
+created = rows.select { |r| r[:name] == "spawn_storm" }.map do |r|
+  n = r[:raw].fetch("gem") { r[:raw].fetch(:gem, []) }.filter_map { |x| x[:stdout].to_s[/threads_created=(\d+)/, 1]&.to_i }
+  "#{r[:mode]} #{n.max || '?'}"
+end
+puts "\nspawn_storm: most threads the gem's cache created in a run: #{created.join(', ')} (Thread.new: one per block)." unless created.empty?
 failed = rows.reject { |r| r[:failures].nil? || r[:failures].empty? }
 unless failed.empty?
   puts "\nFailed runs (counted as failed, left out of the medians):"
