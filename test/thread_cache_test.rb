@@ -367,6 +367,20 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "at_exit ran\n", out
   end
 
+  def test_spawn_under_handle_interrupt_never_leaves_killable_threads
+    # Ruby threads inherit their creator's handle_interrupt masks; cached
+    # threads must not, or Task#kill and process exit could never stop them.
+    out, err, status = run_ruby(<<~'RUBY', timeout: 20)
+      t = Thread.handle_interrupt(Object => :never) { Thread.spawn { sleep } }
+      Thread.pass until t.status == "sleep"
+      t.kill
+      p t.join(5).equal?(t)
+      Thread.handle_interrupt(Object => :never) { Thread.spawn { sleep } }
+    RUBY
+    assert status.success?, err
+    assert_equal "true\n", out
+  end
+
   def test_exit_time_is_not_the_idle_timeout
     t0 = now
     _out, err, status = run_ruby("Thread.spawn { 1 }.join; RapidThread.idle_timeout = 20", timeout: 15)

@@ -755,24 +755,90 @@ unsafe extern "C" fn thread_entry(arg: *mut c_void) -> VALUE {
     let body: ThreadBody = std::mem::transmute::<*mut c_void, ThreadBody>(arg);
     // A panic must not unwind into Ruby's C frames: end the thread instead
     // (the body's drop guards have run by then).
-    let tag = std::panic::catch_unwind(body).unwrap_or(None);
+    finish_thread(std::panic::catch_unwind(body).unwrap_or(None))
+}
+
+unsafe extern "C" fn unmasked_thread_entry(arg: *mut c_void) -> VALUE {
+    // SAFETY: as in thread_entry.
+    let body: ThreadBody = std::mem::transmute::<*mut c_void, ThreadBody>(arg);
+    finish_thread(run_unmasked(body))
+}
+
+unsafe fn finish_thread(tag: Option<i32>) -> VALUE {
     if let Some(tag) = tag {
         // SAFETY: resumes a kill/exit caught by `protect` deeper down. Only
-        // this frame, which owns nothing, is jumped over; Ruby's own
+        // the entry frame, which owns nothing, is jumped over; Ruby's own
         // thread start-up code catches it and ends the thread as killed.
         rb_sys::rb_jump_tag(tag);
     }
     QNIL
 }
 
+unsafe extern "C" fn unmasked_block(
+    _yielded: VALUE,
+    data: VALUE,
+    _argc: std::os::raw::c_int,
+    _argv: *const VALUE,
+    _blockarg: VALUE,
+) -> VALUE {
+    // SAFETY: `data` points at the (body, result) pair on run_unmasked's
+    // stack, alive for the whole call.
+    let slot = &mut *(data as *mut (ThreadBody, Option<i32>));
+    // A panic must not unwind into Ruby's C frames (see thread_entry).
+    slot.1 = std::panic::catch_unwind(slot.0).unwrap_or(None);
+    QNIL
+}
+
+/// Runs `body` inside `Thread.handle_interrupt(Object => :immediate)`.
+/// A Ruby thread inherits its creator's handle_interrupt masks; a thread
+/// created inside `handle_interrupt(Object => :never)` would otherwise
+/// never see a kill (Task#kill, or the one Ruby sends at exit), and the
+/// threads it creates would inherit the mask too.
+fn run_unmasked(body: ThreadBody) -> Option<i32> {
+    let mut slot: (ThreadBody, Option<i32>) = (body, None);
+    let data = &mut slot as *mut (ThreadBody, Option<i32>) as VALUE;
+    // SAFETY: builds `{Object => :immediate}` and calls
+    // Thread.handle_interrupt with a C block; `slot` outlives the call.
+    // handle_interrupt runs pending interrupts when it returns, which may
+    // raise or jump: protect catches that.
+    let r = protect(|| unsafe {
+        let h = rb_sys::rb_hash_new();
+        let immediate = rb_sys::rb_id2sym(rb_sys::rb_intern(c"immediate".as_ptr()));
+        rb_sys::rb_hash_aset(h, rb_sys::rb_cObject, immediate);
+        rb_sys::rb_block_call(
+            rb_sys::rb_cThread,
+            rb_sys::rb_intern(c"handle_interrupt".as_ptr()),
+            1,
+            &h,
+            Some(unmasked_block),
+            data,
+        )
+    });
+    match r {
+        Ok(_) => slot.1,
+        Err(e) => match e.error_type() {
+            magnus::error::ErrorType::Jump(tag) => slot.1.or(Some(tag_number(tag))),
+            _ => slot.1,
+        },
+    }
+}
+
 /// Starts a Ruby thread (`rb_thread_create`) running `body` natively, with
 /// no Ruby frame beneath it: backtraces raised in it contain only what the
-/// body calls. Raises ThreadError when the thread cannot be created.
-pub fn create_thread(body: ThreadBody) -> Result<VALUE, Error> {
-    // SAFETY: `thread_entry` matches the expected signature and the
-    // argument is a plain function pointer with no captured state; may
-    // raise ThreadError, caught by protect.
-    protect(|| unsafe { rb_sys::rb_thread_create(Some(thread_entry), body as *mut c_void) })
+/// body calls. With `unmasked`, the body runs inside
+/// `Thread.handle_interrupt(Object => :immediate)` (see [`run_unmasked`];
+/// that adds a frame, so it is for threads that run no user code). Raises
+/// ThreadError when the thread cannot be created.
+pub fn create_thread(body: ThreadBody, unmasked: bool) -> Result<VALUE, Error> {
+    let entry = if unmasked {
+        unmasked_thread_entry
+    } else {
+        thread_entry
+    };
+    // SAFETY: both entries match the expected signature and the argument
+    // is a plain function pointer with no captured state; may raise
+    // ThreadError, caught by protect.
+    protect(|| unsafe { rb_sys::rb_thread_create(Some(entry), body as *mut c_void) })
 }
 
 /// The tag number of a non-local exit (`Error::Jump`).

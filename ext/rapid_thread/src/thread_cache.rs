@@ -47,7 +47,10 @@ pub struct Pool {
     /// Worker threads alive.
     live: usize,
     monitor: VALUE,
-    monitor_asleep: bool,
+    /// The monitor is in a sleep (timed or not) that a wake-up ends.
+    monitor_sleeping: bool,
+    /// Workers that spawn / join asked the monitor to start.
+    wanted: usize,
     spawned: u64,
     reused: u64,
     /// Tasks taken by workers (progress, for the monitor).
@@ -68,7 +71,8 @@ impl Pool {
             starting: 0,
             live: 0,
             monitor: QNIL,
-            monitor_asleep: false,
+            monitor_sleeping: false,
+            wanted: 0,
             spawned: 0,
             reused: 0,
             started: 0,
@@ -184,36 +188,32 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     Ok(task.as_value())
 }
 
-/// Gets the pending tasks going: wakes an idle worker, or starts one when
-/// no worker can take them, and arms the monitor.
+/// Gets the pending tasks going: wakes an idle worker, or has the monitor
+/// start one when no worker can take them, and arms the monitor.
 fn dispatch() -> Result<(), Error> {
     if with(|p| !p.idle.is_empty()) {
         return wait::wake_one(&POOL, idle);
     }
-    ensure_progress()?;
-    arm_monitor();
-    Ok(())
+    ensure_progress()
 }
 
-/// Starts a worker now when tasks are pending and nobody else can take
-/// them: no worker idle or starting, and every busy worker (other than the
-/// caller) blocked.
+/// Asks for a worker now when tasks are pending and nobody else can take
+/// them: no worker idle, starting or asked for, and every busy worker
+/// (other than the caller) blocked. Workers are always started by the
+/// monitor thread: a Ruby thread inherits its creator's handle_interrupt
+/// masks, and the monitor runs unmasked (sys::create_thread), whereas the
+/// caller may be inside `Thread.handle_interrupt(Object => :never)`.
 pub fn ensure_progress() -> Result<(), Error> {
-    if !with(Pool::has_pending) || can_progress()? {
-        return Ok(());
+    if with(Pool::has_pending) && !can_progress()? {
+        with(|p| p.wanted += 1);
     }
-    match start_worker() {
-        Ok(()) => Ok(()),
-        // Other workers exist: they (or the monitor, later) will get to it.
-        Err(_) if with(|p| p.live > 0) => Ok(()),
-        Err(e) => Err(e),
-    }
+    arm_monitor()
 }
 
 /// Whether a worker can take pending tasks soon: one is idle (or just
-/// woken), starting, or busy but runnable.
+/// woken), starting or asked for, or busy but runnable.
 fn can_progress() -> Result<bool, Error> {
-    if with(|p| p.idle.waiting() > 0 || p.starting > 0) {
+    if with(|p| p.idle.waiting() > 0 || p.starting > 0 || p.wanted > 0) {
         return Ok(true);
     }
     any_busy_runnable()
@@ -240,7 +240,8 @@ fn start_worker() -> Result<(), Error> {
         p.created += 1;
         p.peak = p.peak.max(p.live);
     });
-    match sys::create_thread(worker_body) {
+    // Workers inherit the monitor's (unmasked) interrupt state.
+    match sys::create_thread(worker_body, false) {
         Ok(_) => Ok(()),
         Err(e) => {
             with(|p| {
@@ -253,15 +254,17 @@ fn start_worker() -> Result<(), Error> {
     }
 }
 
-fn arm_monitor() {
-    let (monitor, asleep) = with(|p| (p.monitor, p.monitor_asleep));
+/// Makes sure the monitor runs: starts it (unmasked) if there is none,
+/// wakes it if it sleeps. Fails only if it cannot be created.
+fn arm_monitor() -> Result<(), Error> {
+    let (monitor, sleeping) = with(|p| (p.monitor, p.monitor_sleeping));
     if monitor == QNIL {
-        if let Ok(t) = sys::create_thread(monitor_body) {
-            with(|p| p.monitor = t);
-        }
-    } else if asleep {
+        let t = sys::create_thread(monitor_body, true)?;
+        with(|p| p.monitor = t);
+    } else if sleeping {
         sys::wakeup_thread(monitor);
     }
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------
@@ -287,14 +290,21 @@ fn monitor_body() -> Option<i32> {
         if with(|p| p.monitor) != me {
             return None; // forked, or replaced
         }
-        let nap = if with(Pool::has_pending) {
+        // Workers asked for by spawn / join.
+        while with(|p| p.wanted > 0) {
+            if start_worker().is_err() {
+                break; // out of threads for now; the next tick tries again
+            }
+            with(|p| p.wanted -= 1);
+        }
+        let nap = if with(|p| p.has_pending() || p.wanted > 0) {
             Some(GROW_TICK)
         } else {
-            with(|p| p.monitor_asleep = true);
             None
         };
+        with(|p| p.monitor_sleeping = true);
         let slept = sys::ruby_sleep(nap);
-        with(|p| p.monitor_asleep = false);
+        with(|p| p.monitor_sleeping = false);
         if let Err(e) = slept {
             match jump_tag(&e) {
                 Some(tag) => {
@@ -328,7 +338,8 @@ fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Re
     if with(|p| !p.idle.is_empty() && p.has_pending()) {
         return wait::wake_one(&POOL, idle);
     }
-    let (pending, started, starting) = with(|p| (p.has_pending(), p.started, p.starting));
+    let (pending, started, starting) =
+        with(|p| (p.has_pending(), p.started, p.starting + p.wanted));
     if started != *seen {
         *seen = started;
         *since = Instant::now();
