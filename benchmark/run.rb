@@ -151,7 +151,7 @@ else
   # while N threads wait in pop on their own queues; counter(N)/counter(0).
   idle_rows = []
   unless opts[:idle].empty? || opts[:control]
-    seconds = [1.0 * opts[:scale], 0.2].max.clamp(0.2, 1.0)
+    seconds = opts[:scale] < 0.01 ? 0.05 : 1.0 # tiny only for smoke runs
     counts = Hash.new { |h, k| h[k] = [] }
     opts[:rounds].times do |r|
       opts[:idle].each do |n|

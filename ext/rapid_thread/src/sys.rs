@@ -374,6 +374,13 @@ impl WaitList {
         self.waiting
     }
 
+    /// Seeds when the list last woke someone, for a new list that stands
+    /// in for an older one (each Task has its own joiner list, but joins
+    /// of tasks follow each other as pops of a queue do).
+    pub fn set_last_wake(&mut self, t: Option<Instant>) {
+        self.last_wake = t;
+    }
+
     /// Appends `w`.
     ///
     /// # Safety

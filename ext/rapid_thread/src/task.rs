@@ -6,7 +6,7 @@
 //! Thread is `thread`) or done (Finished, Raised or Killed). Joiners wait on
 //! the task's own wait list with the shared two-phase wait of `wait.rs`.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use magnus::gc::{Compactor, Marker};
 use magnus::scan_args::scan_args;
@@ -92,6 +92,12 @@ impl State {
     }
 }
 
+/// When a task last finished (under the GVL). A new task's joiner list
+/// starts from it, so that a join right after recent completions spins
+/// for the hand-off as a busy queue's pop does (wait.rs, ACTIVE_WINDOW),
+/// while joins of long-running tasks go straight to sleep.
+static LAST_FINISH: GvlCell<Option<Instant>> = GvlCell::new(None);
+
 fn joiners(s: &mut State) -> &mut WaitList {
     &mut s.fresh().joiners
 }
@@ -149,7 +155,11 @@ impl Task {
                 report_on_exception,
                 abort_on_exception: false,
                 pending_raise: QNIL,
-                joiners: WaitList::default(),
+                joiners: {
+                    let mut l = WaitList::new();
+                    l.set_last_wake(LAST_FINISH.with(|t| *t));
+                    l
+                },
                 fork_gen: sys::fork_generation(),
             }),
         }
@@ -205,6 +215,7 @@ impl Task {
             s.thread = QNIL;
             s.block = QNIL;
         });
+        LAST_FINISH.with(|t| *t = Some(Instant::now()));
         wait::wake_all(&self.state, joiners)
     }
 
@@ -276,8 +287,7 @@ fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<boo
             Phase::Pending => thread_cache::ensure_progress()?,
             Phase::Running => {}
         }
-        if deadline.is_some_and(|d| d <= std::time::Instant::now()) || limit == Some(Duration::ZERO)
-        {
+        if deadline.is_some_and(|d| d <= Instant::now()) || limit == Some(Duration::ZERO) {
             return Ok(false);
         }
         park(&task.state, joiners, sys::raw(rb_self), deadline, |_| false)?;

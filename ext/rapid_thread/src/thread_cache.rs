@@ -194,7 +194,9 @@ fn dispatch() -> Result<(), Error> {
     if with(|p| !p.idle.is_empty()) {
         return wait::wake_one(&POOL, idle);
     }
-    ensure_progress()
+    ensure_progress()?;
+    // The monitor ticks while tasks are pending.
+    arm_monitor()
 }
 
 /// Asks for a worker now when tasks are pending and nobody else can take
@@ -206,8 +208,9 @@ fn dispatch() -> Result<(), Error> {
 pub fn ensure_progress() -> Result<(), Error> {
     if with(Pool::has_pending) && !can_progress()? {
         with(|p| p.wanted += 1);
+        return arm_monitor();
     }
-    arm_monitor()
+    Ok(())
 }
 
 /// Whether a worker can take pending tasks soon: one is idle (or just
