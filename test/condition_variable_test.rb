@@ -6,7 +6,7 @@ require "monitor"
 
 # RapidThread::ConditionVariable against Ruby 3.1's Thread::ConditionVariable.
 class ConditionVariableTest < RapidThreadTest
-  CV = RapidThread::ConditionVariable
+  CV = GemConditionVariable
 
   # Starts a thread that waits on cv under m and records what wait returned.
   def waiter(cv, m, timeout = nil, log: nil, tag: nil)
@@ -69,14 +69,14 @@ class ConditionVariableTest < RapidThreadTest
     assert_operator now - t0, :>=, 0.05
     assert_kind_of Integer, r
     assert m.synchronize { true }
-    stock = Thread::ConditionVariable.new
+    stock = StockConditionVariable.new
     [-1, "x", :sym].each do |bad|
       assert_equal error_of { m.synchronize { stock.wait(m, bad) } }, error_of { m.synchronize { cv.wait(m, bad) } }
     end
   end
 
   def test_wait_argument_and_ownership_errors_match_stock
-    stock = Thread::ConditionVariable.new
+    stock = StockConditionVariable.new
     ours = CV.new
     [
       ->(cv) { cv.wait },

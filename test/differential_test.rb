@@ -10,7 +10,7 @@ class DifferentialTest < RapidThreadTest
 
   def run_program(klass, seed, length)
     rng = Random.new(seed)
-    sized = klass <= Thread::SizedQueue || klass <= RapidThread::SizedQueue
+    sized = klass <= StockSizedQueue || klass <= GemSizedQueue
     ops = sized ? SIZED_OPS : OPS
     q = sized ? klass.new(1 + rng.rand(4)) : klass.new(Array.new(rng.rand(3)) { |i| "init#{i}" })
     Array.new(length) do |step|
@@ -43,8 +43,8 @@ class DifferentialTest < RapidThreadTest
 
   def test_random_programs_match_stock
     scaled(300).times do |seed|
-      stock = run_program(Thread::Queue, seed, 60)
-      ours = run_program(RapidThread::Queue, seed, 60)
+      stock = run_program(StockQueue, seed, 60)
+      ours = run_program(GemQueue, seed, 60)
       assert_equal stock, ours, "program with seed #{seed} differs"
     end
   end
@@ -54,8 +54,8 @@ class DifferentialTest < RapidThreadTest
     # positional-hash quirk, so those steps compare against the 3.2 rule:
     # a full queue with timeout 0 returns nil at once.
     scaled(300).times do |seed|
-      stock = run_program(Thread::SizedQueue, seed, 60)
-      ours = run_program(RapidThread::SizedQueue, seed, 60)
+      stock = run_program(StockSizedQueue, seed, 60)
+      ours = run_program(GemSizedQueue, seed, 60)
       stock.zip(ours).each_with_index do |((op, want), (_, got)), i|
         if op == :push_t0 && RUBY_VERSION < "3.2"
           want = nil if want == [ThreadError, "queue full"] # 3.1 took {timeout: 0} as non_block
@@ -87,7 +87,7 @@ class DifferentialTest < RapidThreadTest
       "dup" => ->(k) { k.new.dup },
     }
     cases.each do |label, call|
-      assert_equal outcome { call.(Thread::Queue) }, outcome { call.(RapidThread::Queue) }, label
+      assert_equal outcome { call.(StockQueue) }, outcome { call.(GemQueue) }, label
     end
   end
 
@@ -95,7 +95,7 @@ class DifferentialTest < RapidThreadTest
 
   def outcome
     r = yield
-    r.is_a?(Thread::Queue) || r.is_a?(RapidThread::Queue) ? :queue : r
+    r.is_a?(StockQueue) || r.is_a?(GemQueue) ? :queue : r
   rescue Exception => e # rubocop:disable Lint/RescueException
     [e.class, normalize_message(e.message)]
   end

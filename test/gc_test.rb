@@ -5,7 +5,7 @@ require_relative "test_helper"
 # Values held by the Rust side must be marked, survive compaction, and be
 # written through the write barrier (our queues are WB-protected).
 class GcTest < RapidThreadTest
-  Q = RapidThread::Queue
+  Q = GemQueue
 
   def test_items_survive_full_gc
     q = Q.new

@@ -12,10 +12,10 @@ class InterruptStressTest < RapidThreadTest
 
   def test_random_interrupts_lose_nothing
     rng = Random.new(42)
-    q = RapidThread::Queue.new
-    sq = RapidThread::SizedQueue.new(4)
+    q = GemQueue.new
+    sq = GemSizedQueue.new(4)
     m = Thread::Mutex.new
-    cv = RapidThread::ConditionVariable.new
+    cv = GemConditionVariable.new
     popped = Thread::Queue.new   # items taken from q by workers
     pushed = Thread::Queue.new   # items workers put into sq
     bad = Thread::Queue.new      # invariant violations seen by workers

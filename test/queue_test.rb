@@ -6,7 +6,7 @@ require_relative "support/fiber_scheduler"
 # RapidThread::Queue against Ruby 3.1's Thread::Queue (thread_sync.c) and
 # Ruby 3.2's pop(timeout:).
 class QueueTest < RapidThreadTest
-  Q = RapidThread::Queue
+  Q = GemQueue
 
   def test_push_returns_self_and_aliases
     q = Q.new
@@ -35,7 +35,7 @@ class QueueTest < RapidThreadTest
     assert_equal [1, 2, 3], drain(Q.new([1, 2, 3]))
     assert_equal [1, 2, 3], drain(Q.new(1..3))
     assert_equal [], drain(Q.new(nil))
-    assert_equal error_of { Thread::Queue.new(1) }, error_of { Q.new(1) }
+    assert_equal error_of { StockQueue.new(1) }, error_of { Q.new(1) }
     assert_equal TypeError, error_of { Q.new(1) }.first
     e = assert_raises(ArgumentError) { Q.new([], []) }
     assert_equal "wrong number of arguments (given 2, expected 0..1)", e.message
@@ -162,7 +162,7 @@ class QueueTest < RapidThreadTest
   def test_dup_and_clone_behave_as_stock
     [:dup, :clone].each do |m|
       e = assert_raises(NoMethodError) { Q.new.public_send(m) }
-      stock = assert_raises(NoMethodError) { Thread::Queue.new.public_send(m) }
+      stock = assert_raises(NoMethodError) { StockQueue.new.public_send(m) }
       assert_equal stock.name, e.name
       assert_equal normalize_message(stock.message), normalize_message(e.message)
     end
@@ -313,7 +313,7 @@ class QueueTest < RapidThreadTest
   end
 
   def test_fiber_scheduler_blocks_the_fiber_not_the_thread
-    [Thread::Queue, Q].each do |klass|
+    [StockQueue, Q].each do |klass|
       log = []
       Thread.new do
         Fiber.set_scheduler(TestFiberScheduler.new)

@@ -6,12 +6,12 @@ require_relative "support/fiber_scheduler"
 # RapidThread::SizedQueue against Ruby 3.1's Thread::SizedQueue and Ruby
 # 3.2's push(timeout:).
 class SizedQueueTest < RapidThreadTest
-  SQ = RapidThread::SizedQueue
+  SQ = GemSizedQueue
 
   def test_is_a_queue_subclass
-    assert_operator SQ, :<, RapidThread::Queue
+    assert_operator SQ, :<, GemQueue
     q = SQ.new(3)
-    assert_kind_of RapidThread::Queue, q
+    assert_kind_of GemQueue, q
     assert_equal 3, q.max
     assert_same q, q.push(1)
     assert_same q, q << 2
@@ -26,10 +26,10 @@ class SizedQueueTest < RapidThreadTest
     end
     ["1", nil, Object.new, 2**70].each do |bad|
       ours = error_of { SQ.new(bad) }
-      assert_equal error_of { Thread::SizedQueue.new(bad) }, ours, bad.inspect
+      assert_equal error_of { StockSizedQueue.new(bad) }, ours, bad.inspect
     end
-    assert_equal Thread::SizedQueue.new(2.7).max, SQ.new(2.7).max
-    assert_equal error_of { Thread::SizedQueue.new }, error_of { SQ.new }
+    assert_equal StockSizedQueue.new(2.7).max, SQ.new(2.7).max
+    assert_equal error_of { StockSizedQueue.new }, error_of { SQ.new }
   end
 
   def test_push_non_block_on_full_raises

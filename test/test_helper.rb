@@ -2,6 +2,28 @@
 
 $LOAD_PATH.unshift File.expand_path("../lib", __dir__)
 require "rapid_thread"
+# RAPID_THREAD_REPLACE=1 runs the suite in drop-in mode: the subjects are
+# reached through the core constant names (Thread::Queue, ...), which then
+# point at the gem's classes; stock stays the oracle through
+# RapidThread::STOCK.
+REPLACE_MODE = ENV["RAPID_THREAD_REPLACE"] == "1"
+if REPLACE_MODE
+  require "rapid_thread/replace"
+  StockQueue = RapidThread::STOCK[:Queue]
+  StockSizedQueue = RapidThread::STOCK[:SizedQueue]
+  StockConditionVariable = RapidThread::STOCK[:ConditionVariable]
+  GemQueue = ::Thread::Queue
+  GemSizedQueue = ::Thread::SizedQueue
+  GemConditionVariable = ::Thread::ConditionVariable
+  raise "replace mode did not swap Thread::Queue" unless GemQueue.equal?(RapidThread::Queue)
+else
+  StockQueue = ::Thread::Queue
+  StockSizedQueue = ::Thread::SizedQueue
+  StockConditionVariable = ::Thread::ConditionVariable
+  GemQueue = RapidThread::Queue
+  GemSizedQueue = RapidThread::SizedQueue
+  GemConditionVariable = RapidThread::ConditionVariable
+end
 require "minitest/autorun"
 require "timeout"
 require "rbconfig"
