@@ -100,13 +100,21 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
                 .transpose()?;
             sys::mutex_unlock(mutex)?;
             let started = sys::wall_seconds();
-            let waited = wait::block(w, wait::deadline_after(limit), true);
+            let deadline = wait::deadline_after(limit);
+            let waited = wait::block(w, deadline, true);
+            // Mutex#sleep returns nil when its timeout ran out without a
+            // wake-up (sleep_hrtime's `woke`), else the seconds slept.
+            let timed_out =
+                !w.signaled() && deadline.is_some_and(|d| d <= std::time::Instant::now());
             let relock = sys::mutex_relock(mutex);
             waited?;
             if let Some(e) = relock {
                 return Err(e);
             }
             sys::check_ints()?;
+            if timed_out {
+                return Ok(sys::QNIL);
+            }
             Ok(sys::raw(
                 ruby.integer_from_i64(sys::wall_seconds() - started)
                     .as_value(),

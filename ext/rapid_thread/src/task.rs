@@ -256,14 +256,17 @@ impl Task {
 
 /// Thread#join's `limit`: nil waits forever, an Integer is whole seconds,
 /// anything else goes through Float (its TypeError); zero or negative does
-/// not wait, and a limit too large for the clock waits forever.
+/// not wait, and a limit too large for the clock (or NaN) waits forever.
 fn join_limit(limit: Option<Value>) -> Result<Option<Duration>, Error> {
     match limit {
         None => Ok(None),
         Some(v) if v.is_nil() => Ok(None),
         Some(v) => {
             let secs = sys::num2dbl(sys::raw(v))?;
-            if secs.is_nan() || secs <= 0.0 {
+            if secs.is_nan() {
+                // Thread#join(NaN) waits forever (double2hrtime's cast).
+                Ok(None)
+            } else if secs <= 0.0 {
                 Ok(Some(Duration::ZERO))
             } else {
                 Ok(Duration::try_from_secs_f64(secs).ok())
@@ -489,12 +492,19 @@ fn set_abort_on_exception(rb_self: Value, v: Value) -> Result<Value, Error> {
 /// frames: workers have no Ruby frames of their own), [] before it starts,
 /// nil once it ended.
 fn backtrace(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    // Thread#backtrace(start = 0, length = nil): the same arity error.
+    scan_args::<(), (Option<Value>, Option<Value>), (), (), (), ()>(args)?;
     let task = Task::get(&rb_self)?;
+    let argv: Vec<VALUE> = args.iter().map(|v| sys::raw(*v)).collect();
+    if task.phase() != Phase::Running {
+        // Thread#backtrace checks its arguments whatever the thread's
+        // state: run the same checks on the current thread.
+        sys::funcall(sys::current_thread(), c"backtrace", &argv)?;
+    }
     Ok(match task.phase() {
         Phase::Pending => ruby.ary_new().as_value(),
         Phase::Running => {
             let t = task.running_thread().unwrap_or(QNIL);
-            let argv: Vec<VALUE> = args.iter().map(|v| sys::raw(*v)).collect();
             sys::value(sys::funcall(t, c"backtrace", &argv)?)
         }
         _ => ruby.qnil().as_value(),
