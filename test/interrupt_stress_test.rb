@@ -19,7 +19,9 @@ class InterruptStressTest < RapidThreadTest
     popped = Thread::Queue.new   # items taken from q by workers
     pushed = Thread::Queue.new   # items workers put into sq
     bad = Thread::Queue.new      # invariant violations seen by workers
-    n = scaled(400)
+    # RAPID_THREAD_INTERRUPT_THREADS: 400 in the suite, 10,000 in
+    # `rake stress:interrupts` (and in CI).
+    n = Integer(ENV.fetch("RAPID_THREAD_INTERRUPT_THREADS", scaled(400).to_s))
     prefill = [-1, -2, -3, -4]
     prefill.each { |v| sq << v } # full: pushers block
 
@@ -53,7 +55,7 @@ class InterruptStressTest < RapidThreadTest
     wait_until(TEST_TIMEOUT / 2, "workers to block") { workers.all?(&:stop?) }
     sent = 0
     taken = []
-    scaled(1000).times do
+    [scaled(1000), n * 2].max.times do
       t = workers.sample(random: rng)
       case rng.rand(6)
       when 0 then t.raise(Stop)
@@ -69,6 +71,7 @@ class InterruptStressTest < RapidThreadTest
     m.synchronize { cv.broadcast }
     taken << sq.pop(true) until sq.empty?
     workers.each { |t| assert t.join(20), "a worker is stuck: #{t.inspect}" }
+    puts "\ninterrupts: #{n} blocked threads, #{sent} items through q" if ENV["RAPID_THREAD_INTERRUPT_THREADS"]
 
     assert_equal 0, q.num_waiting
     assert_equal 0, sq.num_waiting
