@@ -60,4 +60,42 @@ class GcTest < RapidThreadTest
     end
     assert_equal Array.new(n) { |i| "v#{i}" }, consumer.value
   end
+
+  # Random operations with a compaction after each one, while threads wait
+  # in every kind of list and spawned tasks hold arguments and results.
+  def test_compaction_between_operations
+    skip "GC.compact unsupported" unless GC.respond_to?(:compact)
+    rng = Random.new(7)
+    q = GemQueue.new
+    sq = GemSizedQueue.new(64)
+    mq = []
+    msq = []
+    m = Mutex.new
+    cv = GemConditionVariable.new
+    gate = StockQueue.new
+    waiters = Array.new(3) { spawn_thread { m.synchronize { cv.wait(m) } } }
+    idle = GemQueue.new
+    poppers = Array.new(2) { spawn_thread { idle.pop } } # killed by teardown
+    held = RapidThread.spawn("held-arg" * 3) { |a| gate.pop; a + "-done" }
+    wait_until { waiters.all?(&:stop?) && poppers.all?(&:stop?) && held.status == "sleep" }
+    tasks = []
+    scaled(60).times do |i|
+      case rng.rand(6)
+      when 0 then (v = "q-#{i}" * 3) && q << v && mq << v
+      when 1 then assert_equal mq.shift, q.pop(true) unless mq.empty?
+      when 2 then (v = { i => "sq-#{i}" }) && sq.push(v) && msq << v
+      when 3 then assert_equal msq.shift, sq.pop(true) unless msq.empty?
+      when 4 then tasks << [i, RapidThread.spawn("t-#{i}") { |a| a * 2 }]
+      else m.synchronize { cv.signal } && waiters.count(&:alive?)
+      end
+      (i % 10).zero? && GC.respond_to?(:verify_compaction_references) ? GC.verify_compaction_references(toward: :empty) : GC.compact
+    end
+    assert_equal mq, Array.new(q.size) { q.pop }
+    assert_equal msq, Array.new(sq.size) { sq.pop }
+    tasks.each { |i, t| assert_equal "t-#{i}" * 2, t.value }
+    gate << 1
+    assert_equal "held-arg" * 3 + "-done", held.value
+    m.synchronize { cv.broadcast }
+    waiters.each { |t| assert t.join(10) }
+  end
 end
