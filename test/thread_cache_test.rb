@@ -5,25 +5,12 @@ require "stringio"
 
 # RapidThread.spawn / Thread.spawn: Thread.new semantics on cached threads.
 class ThreadCacheTest < RapidThreadTest
-  def setup
-    super
-    @tasks = []
-  end
-
-  def teardown
-    @tasks.each(&:kill).each do |t|
-      t.join(5)
-    rescue Exception # rubocop:disable Lint/RescueException
-      nil
-    end
-    super
-  end
-
-  # A task the teardown kills and joins; its exceptions are not reported.
+  # A task the teardown kills and joins (with the test's threads: a Task
+  # answers kill and join as a Thread does); its exceptions are not reported.
   def task(*args, &block)
     t = RapidThread.spawn(*args, &block)
     t.report_on_exception = false
-    @tasks << t
+    @threads << t
     t
   end
 
