@@ -117,4 +117,14 @@ class BadInputTest < RapidThreadTest
       nil # some of them were raised on purpose
     end
   end
+
+  # A panic is a bug; it must never unwind into Ruby's C frames. magnus'
+  # wrappers catch it and raise Ruby's `fatal` instead: the process stops
+  # with a message naming the panic, never with a signal (segfault, abort).
+  def test_a_panic_never_crosses_into_ruby
+    _out, err, status = run_ruby("RapidThread.__panic_for_tests")
+    refute status.signaled?, "killed by a signal: #{status.inspect}"
+    refute status.success?
+    assert_match(/deliberate panic for the FFI-boundary test \(fatal\)/, err)
+  end
 end

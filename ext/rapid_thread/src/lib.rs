@@ -33,6 +33,13 @@ fn set_gvl_spin_us(us: u32) -> u32 {
     us
 }
 
+/// A deliberate panic, for the test that proves panics never cross into
+/// Ruby (test/bad_input_test.rb): the magnus wrapper turns it into a Ruby
+/// exception. No other code path of the extension is known to panic.
+fn internal_panic_for_tests() -> Result<(), Error> {
+    panic!("rapid_thread: deliberate panic for the FFI-boundary test");
+}
+
 #[magnus::init]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     sys::install_fork_hook();
@@ -41,6 +48,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.define_singleton_method("spin_us=", function!(set_spin_us, 1))?;
     module.define_singleton_method("gvl_spin_us", function!(gvl_spin_us, 0))?;
     module.define_singleton_method("gvl_spin_us=", function!(set_gvl_spin_us, 1))?;
+    module.define_singleton_method("__panic_for_tests", function!(internal_panic_for_tests, 0))?;
     let queue = queue::init(ruby, module)?;
     sized_queue::init(module, queue)?;
     condition_variable::init(ruby, module)?;
