@@ -7,7 +7,7 @@
 //!   while holding the GVL;
 //! * [`typed_ref`]: the hand-rolled receiver check used on hot paths
 //!   (magnus' `&Self` conversion wraps `rb_check_typeddata` in `rb_protect`
-//!   and costs ~15 ns per call, see docs/design.md);
+//!   and costs ~15 ns per call, see docs/design-details.md);
 //! * [`WaitList`] / [`Waiter`]: an intrusive, doubly linked list of waiters
 //!   that live on the waiting thread's stack, as in `thread_sync.c`;
 //! * thin wrappers over the CRuby thread API (sleep, wake-up, releasing the
@@ -548,7 +548,7 @@ unsafe extern "C" fn spin_ubf(arg: *mut c_void) {
 }
 
 /// Spins for the signal with the GVL released (two-phase, see
-/// docs/design.md). Returns with the GVL held; never raises.
+/// docs/design-details.md). Returns with the GVL held; never raises.
 pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration) {
     let args = SpinArgs { w, spin, gvl };
     // SAFETY: both pointers refer to locals that outlive the call; the

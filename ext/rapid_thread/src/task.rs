@@ -332,7 +332,7 @@ fn value(rb_self: Value) -> Result<Value, Error> {
 /// Thread#alive?. Polling a task that has not started (`while t.alive?;
 /// Thread.pass; end`) is waiting for it: its woken worker spins for the
 /// GVL where Thread.pass does not see it, so the poll hands the GVL over
-/// through our own hint instead (docs/design.md, "Thread cache").
+/// through our own hint instead (docs/design-details.md, "Thread cache").
 fn is_alive(rb_self: Value) -> Result<bool, Error> {
     let task = Task::get(&rb_self)?;
     if task.phase() == Phase::Pending && !sys::thread_alone() {

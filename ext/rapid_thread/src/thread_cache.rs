@@ -1,5 +1,5 @@
 //! `RapidThread.spawn` / `Thread.spawn`: Thread.new semantics served by a
-//! cache of reusable Ruby threads (docs/design.md, "Thread cache").
+//! cache of reusable Ruby threads (docs/design-details.md, "Thread cache").
 //!
 //! * `spawn` queues a Task and wakes an idle worker if there is one.
 //! * Workers are Ruby threads running [`worker_body`] natively (no Ruby

@@ -6,7 +6,7 @@
 //! `rb_ensure` cleanup in thread_sync.c). The caller re-checks its
 //! condition after every wake-up.
 //!
-//! Blocking is two-phase (docs/design.md, "Hand-off"):
+//! Blocking is two-phase (docs/design-details.md, "Hand-off"):
 //! 1. with the GVL released, yield the CPU for up to `spin_us` waiting for
 //!    the signal, then for up to `gvl_spin_us` until the waker has given
 //!    up the GVL;
@@ -65,7 +65,7 @@ pub fn park<S>(
 /// Waiters on a dormant list (nobody woken lately: a fresh queue, idle
 /// workers, threads parked for good) go straight to Ruby's sleep: their spin
 /// would almost surely be futile, and a futile spin costs CPU plus one more
-/// GVL hand-off just to go to sleep (docs/design.md, "Many waiters").
+/// GVL hand-off just to go to sleep (docs/design-details.md, "Many waiters").
 const ACTIVE_WINDOW: Duration = Duration::from_millis(10);
 
 fn list_is_active(w: &Waiter) -> bool {
