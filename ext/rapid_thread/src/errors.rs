@@ -64,3 +64,10 @@ pub fn wrong_receiver(obj: Value, expected: &str) -> Error {
         expected
     ))
 }
+
+/// Whether `e` is a non-local exit (a kill, `throw`, ...), which must
+/// always reach Ruby: a kill that is dropped leaves the thread marked as
+/// being killed, and every later kill of it a no-op.
+pub fn is_jump(e: &Error) -> bool {
+    matches!(e.error_type(), magnus::error::ErrorType::Jump(_))
+}

@@ -577,9 +577,62 @@ pub fn check_ints() -> Result<(), Error> {
     Ok(())
 }
 
-/// Sleeps until woken (`rb_thread_sleep_deadly`: visible to the deadlock
-/// detector, interruptible), or until `timeout` passes.
+/// Sleeps until woken, until `timeout` passes, or until any interrupt
+/// runs (a signal handler, Thread#raise, ...): it may return spuriously, and
+/// the caller re-checks its condition after every return. Visible to the
+/// deadlock detector when untimed.
+///
+/// Ruby's `rb_thread_sleep_deadly` / `rb_thread_wait_for` do not return
+/// after a signal handler: the handler runs with the thread marked
+/// runnable and the sleeping status is restored afterwards, so a wake-up
+/// that lands meanwhile (from the handler itself or another thread) is a
+/// no-op and the thread sleeps on. Stock's queue waits use a sleep that
+/// returns after any interrupt (`rb_thread_sleep_deadly_allow_spurious_wakeup`,
+/// not exported); the one public way to it is `Mutex#sleep`
+/// (`rb_mutex_sleep`), here on a fresh private mutex nobody else can see.
 pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
+    // SAFETY: allocates a Thread::Mutex; GVL held.
+    let m = unsafe { rb_sys::rb_mutex_new() };
+    // A fresh mutex is free, so locking it neither waits nor runs
+    // interrupts: the one error is ThreadError "can't be called from trap
+    // context". Inside a trap handler no other handler can run (they do
+    // not nest), so Ruby's own sleep loses no wake-up there.
+    // SAFETY: may raise; caught by protect.
+    let r = match protect(|| unsafe { rb_sys::rb_mutex_lock(m) }) {
+        Ok(_) => private_mutex_sleep(m, timeout),
+        Err(e) if is_thread_error(&e) => sleep_in_trap_context(timeout),
+        Err(e) => Err(e),
+    };
+    gc_guard(m);
+    r
+}
+
+fn private_mutex_sleep(m: VALUE, timeout: Option<Duration>) -> Result<(), Error> {
+    // SAFETY: rb_mutex_sleep unlocks `m` (ours, locked by this thread),
+    // sleeps, re-locks it uninterruptibly in an ensure, then runs pending
+    // interrupts, which may raise or jump: caught by protect. The Float is
+    // a flonum or kept on this stack frame until the call returns.
+    let slept = protect(|| unsafe {
+        let t = match timeout {
+            None => QNIL,
+            Some(d) => rb_sys::rb_float_new(d.as_secs_f64()),
+        };
+        rb_sys::rb_mutex_sleep(m, t)
+    });
+    // The re-lock cannot fail on a private, uncontended mutex outside trap
+    // context, so `m` is held here on every path; let it go so that the
+    // thread keeps no list of locked mutexes.
+    // SAFETY: plain queries / unlock of a mutex this thread owns.
+    let unlocked = protect(|| unsafe {
+        if rb_sys::rb_mutex_locked_p(m) != rb_sys::special_consts::Qfalse as VALUE {
+            rb_sys::rb_mutex_unlock(m);
+        }
+        QNIL
+    });
+    slept.and(unlocked).map(drop)
+}
+
+fn sleep_in_trap_context(timeout: Option<Duration>) -> Result<(), Error> {
     // SAFETY: both calls may raise (interrupts); caught by protect.
     protect(|| unsafe {
         match timeout {
@@ -592,6 +645,21 @@ pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
         QNIL
     })?;
     Ok(())
+}
+
+/// Whether `e` is a raised ThreadError (never true for a jump: a kill).
+fn is_thread_error(e: &Error) -> bool {
+    // SAFETY: called on a Ruby thread holding the GVL.
+    let ruby = unsafe { magnus::Ruby::get_unchecked() };
+    e.is_kind_of(ruby.exception_thread_error())
+}
+
+/// Keeps `v` on this stack frame (where Ruby's conservative GC sees it)
+/// up to this point, as `RB_GC_GUARD` does: a VALUE otherwise dead to the
+/// compiler may live only in a register or nowhere while Ruby allocates.
+#[inline(always)]
+pub fn gc_guard(v: VALUE) {
+    std::hint::black_box(&v);
 }
 
 /// Blocks the current fiber through its scheduler.
@@ -705,23 +773,48 @@ pub fn mutex_unlock(m: VALUE) -> Result<(), Error> {
     Ok(())
 }
 
-/// Re-locks `m` the way stock's `mutex_lock_uninterruptible` does after
-/// Mutex#sleep: an interrupt that arrives meanwhile (each one is consumed
-/// by the attempt it breaks) is kept and returned once the lock is held.
-/// Attempts are bounded so that an error that repeats (a deadlock fatal,
-/// recursive locking) cannot loop forever.
-pub fn mutex_relock(m: VALUE) -> Option<Error> {
-    let mut first_err = None;
-    for _ in 0..64 {
-        // SAFETY: rb_mutex_lock may raise on interrupt; caught by protect.
-        match protect(|| unsafe { rb_sys::rb_mutex_lock(m) }) {
-            Ok(_) => return first_err,
-            Err(e) => {
-                first_err.get_or_insert(e);
-            }
-        }
+/// Re-locks `m` after a wait, as stock's `mutex_lock_uninterruptible`
+/// does after Mutex#sleep: no interrupt breaks the attempt. Uncontended
+/// (the usual case) it is a `trylock`, which runs no interrupts. Contended,
+/// it waits inside `Thread.handle_interrupt(Object => :never)`, so that
+/// Thread#raise / kill / Timeout stay pending until the mutex is held;
+/// they are then raised (a jump for a kill) as the returned error, with the
+/// mutex held. The error is ThreadError without the mutex only where stock
+/// raises it too (a trap handler).
+pub fn mutex_relock(m: VALUE) -> Result<(), Error> {
+    // SAFETY: a plain try-lock; does not raise.
+    if unsafe { rb_sys::rb_mutex_trylock(m) } != rb_sys::special_consts::Qfalse as VALUE {
+        return Ok(());
     }
-    first_err
+    // SAFETY: builds `{Object => :never}` and calls Thread.handle_interrupt
+    // with a C block that locks `m` (a live Mutex the caller holds on its
+    // stack); everything may raise or jump, caught by protect.
+    protect(|| unsafe {
+        let h = rb_sys::rb_hash_new();
+        let never = rb_sys::rb_id2sym(rb_sys::rb_intern(c"never".as_ptr()));
+        rb_sys::rb_hash_aset(h, rb_sys::rb_cObject, never);
+        rb_sys::rb_block_call(
+            rb_sys::rb_cThread,
+            rb_sys::rb_intern(c"handle_interrupt".as_ptr()),
+            1,
+            &h,
+            Some(lock_block),
+            m,
+        )
+    })?;
+    Ok(())
+}
+
+unsafe extern "C" fn lock_block(
+    _yielded: VALUE,
+    m: VALUE,
+    _argc: std::os::raw::c_int,
+    _argv: *const VALUE,
+    _blockarg: VALUE,
+) -> VALUE {
+    // SAFETY: `m` is the mutex passed by mutex_relock; a raise longjmps
+    // over this frame, which owns nothing, to mutex_relock's protect.
+    rb_sys::rb_mutex_lock(m)
 }
 
 /// `mutex.sleep(timeout)` through a normal method call (any object that
