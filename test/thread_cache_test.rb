@@ -343,6 +343,119 @@ class ThreadCacheTest < RapidThreadTest
     %i[spawned reused created idle busy peak].each { |k| assert_kind_of Integer, stats[k] }
   end
 
+  # --- kills that land after the block ---------------------------------------
+
+  # A kill that hits the clean-up after a block (here: Ruby code that the
+  # clean-up calls on the worker's own Thread, blocked until the test kills
+  # it from outside) must end the worker. Ruby has already marked the thread
+  # as being killed, so a dropped kill would leave a worker that no later
+  # kill can stop.
+  %w[keys name report_on_exception abort_on_exception].each do |meth|
+    define_method("test_kill_during_clean_up_in_#{meth}_ends_the_worker") do
+      RapidThread.idle_timeout = 60 # the worker must end by the kill, not expire
+      inside = RapidThread::Queue.new
+      gate = RapidThread::Queue.new
+      RapidThread.spawn do
+        me = Thread.current
+        me.define_singleton_method(meth) do |*|
+          inside << me
+          gate.pop
+        end
+      end
+      worker = inside.pop(timeout: 10)
+      assert_kind_of Thread, worker
+      wait_until { worker.status == "sleep" }
+      worker.kill
+      wait_until(10, "the worker to end") { !worker.alive? }
+      assert_equal 3, RapidThread.spawn { 3 }.value, "the cache goes on with another worker"
+    ensure
+      RapidThread.idle_timeout = 3
+    end
+  end
+
+  def test_kill_during_the_exception_report_ends_the_worker
+    RapidThread.idle_timeout = 60
+    inside = RapidThread::Queue.new
+    gate = RapidThread::Queue.new
+    errors = Object.new
+    errors.define_singleton_method(:write) do |*|
+      inside << Thread.current
+      gate.pop
+    end
+    old, $stderr = $stderr, errors
+    t = RapidThread.spawn { raise "reported" }
+    worker = inside.pop(timeout: 10)
+    assert_kind_of Thread, worker
+    wait_until { worker.status == "sleep" }
+    worker.kill
+    assert_raises(RuntimeError) { t.join(10) }
+    wait_until(10, "the worker to end") { !worker.alive? }
+  ensure
+    $stderr = old if old
+    RapidThread.idle_timeout = 3
+  end
+
+  # Random kills of running tasks with GC.stress widening every window
+  # between the block's end and the task's finish (each allocation in the
+  # clean-up runs a full GC). Every task must end, every worker a kill hit
+  # must end, and the process must exit promptly.
+  def test_random_kills_under_gc_stress_leave_no_stuck_worker
+    out, err, status = run_ruby(<<~'RUBY', timeout: 240)
+      RapidThread.idle_timeout = 60   # expiry must not hide a stuck worker
+      srand(Integer(ENV.fetch("SEED", rand(1 << 30))))
+      hit = []
+      GC.stress = true
+      60.times do |i|
+        t = RapidThread.spawn(i) do |n|
+          Thread.current[:scratch] = "x" * 10
+          Thread.current.name = "task #{n}"
+          raise "boom" if n.odd?
+          n
+        end
+        t.report_on_exception = false
+        rand(4).times { Thread.pass }
+        if (w = t.thread)
+          hit << w
+          t.kill
+        end
+        abort "task #{i} never ended" unless t.join(30).equal?(t)
+      rescue RuntimeError
+        nil
+      end
+      GC.stress = false
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
+      Thread.pass while hit.any?(&:alive?) && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
+      stuck = hit.select(&:alive?)
+      abort "#{stuck.size} killed workers never ended" unless stuck.empty?
+      stats = RapidThread.cache_stats
+      abort "busy workers left: #{stats}" unless stats[:busy].zero?
+      puts "killed #{hit.size}"
+    RUBY
+    assert status.success?, "#{err}\n#{out}"
+    assert_match(/killed \d+/, out)
+  end
+
+  # A stray Thread#kill of the monitor while a worker is wanted: a join on
+  # the pending task starts a new monitor instead of waiting for the next
+  # spawn.
+  def test_join_survives_a_killed_monitor
+    q = Thread::Queue.new
+    blocked = task { q.pop }
+    wait_until { blocked.status == "sleep" }
+    monitor = Thread.list.find { |th| th.name == "rapid_thread monitor" }
+    refute_nil monitor
+    wait_until { monitor.status == "sleep" && RapidThread.cache_stats[:pending].zero? }
+    # No idle worker and the only busy one blocked: this spawn asks the
+    # monitor for a worker; the monitor is killed before it can act.
+    t = RapidThread.spawn { :ran }
+    monitor.kill
+    assert_same t, t.join(10)
+    assert_equal :ran, t.value
+    refute monitor.alive?
+  ensure
+    q << 1
+  end
+
   # --- process lifecycle -----------------------------------------------------
 
   def test_idle_threads_do_not_delay_exit

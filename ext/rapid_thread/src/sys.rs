@@ -1011,6 +1011,13 @@ pub fn funcall(recv: VALUE, name: &std::ffi::CStr, args: &[VALUE]) -> Result<VAL
     })
 }
 
+/// The value of a global variable such as `$DEBUG` (`rb_gv_get`; reading
+/// a plain global runs no Ruby code).
+pub fn global_variable(name: &std::ffi::CStr) -> VALUE {
+    // SAFETY: a plain read, GVL held; `name` is NUL-terminated.
+    unsafe { rb_sys::rb_gv_get(name.as_ptr()) }
+}
+
 /// Empties a thread's `thread_variable_set` storage (the hash Ruby keeps in
 /// the thread's hidden `locals` ivar), if it has any.
 pub fn clear_thread_variables(thread: VALUE) {

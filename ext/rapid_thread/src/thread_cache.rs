@@ -32,6 +32,9 @@ use crate::sys::{self, GvlCell, WaitList, QNIL};
 use crate::task::{Phase, Task};
 use crate::wait;
 
+/// The monitor thread's name.
+const MONITOR_NAME: &str = "rapid_thread monitor";
+
 /// How often the monitor re-checks pending tasks for a stall.
 const GROW_TICK: Duration = Duration::from_millis(1);
 
@@ -110,6 +113,15 @@ impl Pool {
         false
     }
 
+    /// Pending tasks that still want to run (killed ones stay queued
+    /// until a worker or `has_pending` drops them).
+    fn runnable_pending(&mut self) -> usize {
+        self.pending
+            .iter()
+            .filter(|&&t| Task::of(t).runnable())
+            .count()
+    }
+
     fn values_mut(&mut self) -> impl Iterator<Item = &mut VALUE> {
         self.pending
             .iter_mut()
@@ -174,6 +186,11 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         kw_splat,
         report,
     ));
+    // Until the Task object exists (its allocation may run the GC), the
+    // Proc and the Array were reachable only from the Rust value being
+    // boxed: keep them on this stack frame up to here.
+    sys::gc_guard(block);
+    sys::gc_guard(sys::raw(args.as_value()));
     let obj = sys::raw(task.as_value());
     with(|p| {
         p.spawned += 1;
@@ -205,9 +222,18 @@ fn dispatch() -> Result<(), Error> {
 /// monitor thread: a Ruby thread inherits its creator's handle_interrupt
 /// masks, and the monitor runs unmasked (sys::create_thread), whereas the
 /// caller may be inside `Thread.handle_interrupt(Object => :never)`.
+///
+/// Also restarts the monitor when workers are wanted but it is gone (it
+/// was killed, e.g. by a stray Thread#kill), so wanted workers are never
+/// left waiting for the next spawn.
 pub fn ensure_progress() -> Result<(), Error> {
-    if with(Pool::has_pending) && !can_progress()? {
+    if !with(Pool::has_pending) {
+        return Ok(());
+    }
+    if !can_progress()? {
         with(|p| p.wanted += 1);
+    }
+    if with(|p| p.wanted > 0) {
         return arm_monitor();
     }
     Ok(())
@@ -264,6 +290,13 @@ fn arm_monitor() -> Result<(), Error> {
     if monitor == QNIL {
         let t = sys::create_thread(monitor_body, true)?;
         with(|p| p.monitor = t);
+        // Named, as Thread.list shows it (it runs no user code).
+        let ruby = Ruby::get().expect("a Ruby thread");
+        sys::funcall(
+            t,
+            c"name=",
+            &[sys::raw(ruby.str_new(MONITOR_NAME).as_value())],
+        )?;
     } else if sleeping {
         sys::wakeup_thread(monitor);
     }
@@ -295,10 +328,15 @@ fn monitor_body() -> Option<i32> {
         }
         // Workers asked for by spawn / join.
         while with(|p| p.wanted > 0) {
-            if start_worker().is_err() {
-                break; // out of threads for now; the next tick tries again
+            match start_worker() {
+                Ok(()) => with(|p| p.wanted -= 1),
+                Err(e) => match jump_tag(&e) {
+                    Some(tag) => return Some(monitor_exit(tag)),
+                    // Out of threads for now (ThreadError); the next tick
+                    // tries again.
+                    None => break,
+                },
             }
-            with(|p| p.wanted -= 1);
         }
         let nap = if with(|p| p.has_pending() || p.wanted > 0) {
             Some(GROW_TICK)
@@ -310,10 +348,8 @@ fn monitor_body() -> Option<i32> {
         with(|p| p.monitor_sleeping = false);
         if let Err(e) = slept {
             match jump_tag(&e) {
-                Some(tag) => {
-                    with(|p| p.monitor = QNIL);
-                    return Some(tag);
-                }
+                Some(tag) => return Some(monitor_exit(tag)),
+                // Thread#raise at the monitor: nothing to do with it.
                 None => continue,
             }
         }
@@ -326,11 +362,22 @@ fn monitor_body() -> Option<i32> {
         let grown = grow_if_stalled(&mut seen, &mut since, &mut batch);
         if let Err(e) = grown {
             if let Some(tag) = jump_tag(&e) {
-                with(|p| p.monitor = QNIL);
-                return Some(tag);
+                return Some(monitor_exit(tag));
             }
         }
     }
+}
+
+/// The monitor is ending (killed): the next spawn or join re-arms one.
+fn monitor_exit(tag: i32) -> i32 {
+    let me = sys::current_thread();
+    with(|p| {
+        if p.monitor == me {
+            p.monitor = QNIL;
+            p.monitor_sleeping = false;
+        }
+    });
+    tag
 }
 
 /// No task started for this long while workers were runnable: grow anyway.
@@ -362,8 +409,11 @@ fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Re
         return Ok(());
     };
     *since = Instant::now();
-    for _ in 0..n.min(with(|p| p.pending.len())) {
-        if start_worker().is_err() {
+    for _ in 0..n.min(with(Pool::runnable_pending)) {
+        if let Err(e) = start_worker() {
+            if jump_tag(&e).is_some() {
+                return Err(e);
+            }
             break; // out of threads for now; the next tick tries again
         }
     }
@@ -429,8 +479,8 @@ fn worker_body() -> Option<i32> {
                 None => continue,
             },
         };
-        if let Some(tag) = run(task, me) {
-            return Some(tag);
+        if let After::End(tag) = run(task, me) {
+            return tag;
         }
         if sys::fork_generation() != live.fork_gen {
             // The block forked and this is the child, where this thread is
@@ -477,11 +527,88 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
     }
 }
 
-/// Runs one task on this worker, as Thread.new runs its block; returns the
-/// tag of a kill / exit that must end the worker.
-fn run(obj: VALUE, me: VALUE) -> Option<i32> {
+/// What a worker does after a task: take the next one, or end (with the
+/// tag of a kill / exit to resume, if one hit).
+enum After {
+    Continue,
+    End(Option<i32>),
+}
+
+/// Collects what the clean-up after a block runs into. A jump (a kill of
+/// this worker, the process exiting) must end the worker: Ruby has already
+/// marked the thread as being killed, so a dropped one would make it
+/// unkillable. Any other error from the clean-up (e.g. a block that froze
+/// its thread, so its name cannot be reset) retires the worker: it ends
+/// after this task rather than carry the block's state into the next.
+#[derive(Default)]
+struct Aftermath {
+    jump: Option<i32>,
+    retire: bool,
+}
+
+impl Aftermath {
+    fn take<T>(&mut self, r: Result<T, Error>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                match jump_tag(&e) {
+                    Some(tag) => {
+                        self.jump.get_or_insert(tag);
+                    }
+                    None => self.retire = true,
+                }
+                None
+            }
+        }
+    }
+
+    fn after(self) -> After {
+        match (self.jump, self.retire) {
+            (Some(tag), _) => After::End(Some(tag)),
+            (None, true) => After::End(None),
+            (None, false) => After::Continue,
+        }
+    }
+}
+
+/// Ends a task as killed if its run unwinds (a panic) between start and
+/// finish, so that joiners wake and the worker leaves the busy list; the
+/// normal paths disarm it.
+struct Unfinished {
+    obj: VALUE,
+    me: VALUE,
+    armed: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.armed {
+            leave_busy(self.me);
+            // Nowhere to report an error while unwinding; the task is
+            // recorded as killed before any Ruby call is made.
+            let _ = Task::of(self.obj).finish(self.obj, Phase::Killed, QNIL);
+        }
+    }
+}
+
+fn leave_busy(me: VALUE) {
+    with(|p| {
+        if let Some(i) = p.busy.iter().position(|&t| t == me) {
+            p.busy.swap_remove(i);
+        }
+    });
+}
+
+/// Runs one task on this worker, as Thread.new runs its block, and says
+/// whether the worker goes on.
+fn run(obj: VALUE, me: VALUE) -> After {
     let task = Task::of(obj);
     let start = task.start(obj, me);
+    let mut guard = Unfinished {
+        obj,
+        me,
+        armed: true,
+    };
     // The block starts with the task's name and flags (defaults, unless
     // set on the task before it started).
     let prepared = prepare_thread(me, &start);
@@ -495,50 +622,49 @@ fn run(obj: VALUE, me: VALUE) -> Option<i32> {
             Ok(v)
         }
     });
-    let (report, abort) = thread_flags(me);
+    sys::gc_guard(start.block);
+    sys::gc_guard(start.args);
+    let mut aftermath = Aftermath::default();
+    let (report, abort) = aftermath.take(thread_flags(me)).unwrap_or((false, false));
     task.set_flags(report, abort);
-    let mut exit = None;
     let (phase, result, raised) = match outcome {
         Ok(v) => (Phase::Finished, v, None),
         Err(e) => match (jump_tag(&e), e.value()) {
             // Killed (Task#kill, Thread.exit, process exit): the worker ends.
             (Some(tag), _) => {
-                exit = Some(tag);
+                aftermath.jump.get_or_insert(tag);
                 (Phase::Killed, QNIL, None)
             }
             (None, Some(exc)) => {
                 let exc = sys::raw(exc.as_value());
                 // A scheduler the block set is closed on this path too, so
-                // the next block does not inherit it; a failure here has
-                // nowhere to go.
-                let _ = sys::close_fiber_scheduler();
+                // the next block does not inherit it.
+                aftermath.take(sys::close_fiber_scheduler());
                 if report && !is_system_exit(exc) {
-                    exit = report_exception(me, task, exc);
+                    aftermath.take(report_exception(me, task, exc));
                 }
                 (Phase::Raised, exc, Some(exc))
             }
             (None, None) => (Phase::Killed, QNIL, None),
         },
     };
-    clean_thread(me);
-    with(|p| {
-        if let Some(i) = p.busy.iter().position(|&t| t == me) {
-            p.busy.swap_remove(i);
-        }
-    });
-    if let Err(e) = task.finish(obj, phase, result) {
-        exit = exit.or_else(|| jump_tag(&e));
-    }
+    aftermath.take(clean_thread(me));
+    leave_busy(me);
+    guard.armed = false;
+    aftermath.take(task.finish(obj, phase, result));
     if let Some(exc) = raised {
         // SystemExit always, other exceptions with abort_on_exception: the
         // main thread gets it, as Ruby does for its threads.
-        if is_system_exit(exc) || abort || global_abort() {
-            if let Err(e) = sys::funcall(sys::main_thread(), c"raise", &[exc]) {
-                exit = exit.or_else(|| jump_tag(&e));
-            }
+        let to_main = if is_system_exit(exc) || abort {
+            Ok(true)
+        } else {
+            global_abort()
+        };
+        if aftermath.take(to_main) == Some(true) {
+            aftermath.take(sys::funcall(sys::main_thread(), c"raise", &[exc]));
         }
     }
-    exit
+    aftermath.after()
 }
 
 fn exception_error(exc: VALUE) -> Error {
@@ -554,13 +680,11 @@ fn is_system_exit(exc: VALUE) -> bool {
 }
 
 /// `Thread.abort_on_exception` or `$DEBUG`.
-fn global_abort() -> bool {
+fn global_abort() -> Result<bool, Error> {
     let ruby = Ruby::get().expect("a Ruby thread");
     let thread = sys::raw(ruby.class_thread().as_value());
-    sys::funcall(thread, c"abort_on_exception", &[])
-        .map(|v| sys::value(v).to_bool())
-        .unwrap_or(false)
-        || ruby.eval::<bool>("!!$DEBUG").unwrap_or(false)
+    let abort = sys::value(sys::funcall(thread, c"abort_on_exception", &[])?).to_bool();
+    Ok(abort || sys::value(sys::global_variable(c"$DEBUG")).to_bool())
 }
 
 /// Sets the worker's name and exception flags for the task about to run.
@@ -576,73 +700,61 @@ fn prepare_thread(me: VALUE, start: &crate::task::Start) -> Result<(), Error> {
 }
 
 /// The worker's exception flags when the block ended.
-fn thread_flags(me: VALUE) -> (bool, bool) {
-    let get = |name| {
-        sys::funcall(me, name, &[])
-            .map(|v| sys::value(v).to_bool())
-            .unwrap_or(false)
-    };
-    (get(c"report_on_exception"), get(c"abort_on_exception"))
+fn thread_flags(me: VALUE) -> Result<(bool, bool), Error> {
+    let get = |name| sys::funcall(me, name, &[]).map(|v| sys::value(v).to_bool());
+    Ok((get(c"report_on_exception")?, get(c"abort_on_exception")?))
 }
 
 /// Leaves nothing of the block on the worker: fiber-locals, thread
 /// variables and its name go, so the next block starts fresh and an idle
 /// worker keeps no user object alive.
-fn clean_thread(me: VALUE) {
-    if let Ok(keys) = sys::funcall(me, c"keys", &[]) {
-        if let Some(keys) = magnus::RArray::from_value(sys::value(keys)) {
-            if !keys.is_empty() {
-                for k in keys.into_iter() {
-                    let _ = sys::funcall(me, c"[]=", &[sys::raw(k), QNIL]);
-                }
-            }
+fn clean_thread(me: VALUE) -> Result<(), Error> {
+    let keys = sys::funcall(me, c"keys", &[])?;
+    if let Some(keys) = magnus::RArray::from_value(sys::value(keys)) {
+        for k in keys.into_iter() {
+            sys::funcall(me, c"[]=", &[sys::raw(k), QNIL])?;
         }
     }
     sys::clear_thread_variables(me);
-    if sys::funcall(me, c"name", &[]).is_ok_and(|n| n != QNIL) {
-        let _ = sys::funcall(me, c"name=", &[QNIL]);
+    if sys::funcall(me, c"name", &[])? != QNIL {
+        sys::funcall(me, c"name=", &[QNIL])?;
     }
+    Ok(())
 }
 
 /// Thread.new's report: "#<Thread:0x... file:line run> terminated with
 /// exception (report_on_exception is true):" and the exception's full
-/// message, on $stderr. Returns a kill / exit tag that hit meanwhile.
-fn report_exception(me: VALUE, task: &Task, exc: VALUE) -> Option<i32> {
+/// message, on $stderr.
+fn report_exception(me: VALUE, task: &Task, exc: VALUE) -> Result<(), Error> {
     let ruby = Ruby::get().expect("a Ruby thread");
-    let header = thread_to_s(me, task);
-    let module = ruby.class_object().const_get::<_, RModule>("RapidThread");
-    let r = module.and_then(|m| {
-        sys::funcall(
-            sys::raw(m.as_value()),
-            c"__report_exception",
-            &[sys::raw(ruby.str_new(&header).as_value()), exc],
-        )
-    });
-    r.err().and_then(|e| jump_tag(&e))
+    let header = thread_to_s(me, task)?;
+    let module = ruby.class_object().const_get::<_, RModule>("RapidThread")?;
+    sys::funcall(
+        sys::raw(module.as_value()),
+        c"__report_exception",
+        &[sys::raw(ruby.str_new(&header).as_value()), exc],
+    )?;
+    Ok(())
 }
 
 /// `rb_thread_to_s` as it reads for a Thread.new thread running the
 /// task's block: the worker's address and name, the block's location.
-fn thread_to_s(me: VALUE, task: &Task) -> String {
+fn thread_to_s(me: VALUE, task: &Task) -> Result<String, Error> {
     let mut s = format!("#<Thread:{:#018x}", me);
-    if let Ok(name) = sys::funcall(me, c"name", &[]) {
-        if name != QNIL {
-            if let Ok(name) = String::try_convert(sys::value(name)) {
-                s.push('@');
-                s.push_str(&name);
-            }
-        }
+    let name = sys::funcall(me, c"name", &[])?;
+    if name != QNIL {
+        s.push('@');
+        s.push_str(&String::try_convert(sys::value(name))?);
     }
     let block = task.block();
     if block != QNIL {
-        if let Ok(loc) = sys::funcall(block, c"source_location", &[]) {
-            if let Ok((file, line)) = <(String, i64)>::try_convert(sys::value(loc)) {
-                s.push_str(&format!(" {}:{}", file, line));
-            }
+        let loc = sys::funcall(block, c"source_location", &[])?;
+        if let Ok((file, line)) = <(String, i64)>::try_convert(sys::value(loc)) {
+            s.push_str(&format!(" {}:{}", file, line));
         }
     }
     s.push_str(" run> terminated with exception (report_on_exception is true):\n");
-    s
+    Ok(s)
 }
 
 // ---------------------------------------------------------------------------
