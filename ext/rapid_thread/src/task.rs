@@ -275,6 +275,10 @@ fn join_limit(limit: Option<Value>) -> Result<Option<Duration>, Error> {
     }
 }
 
+/// How often a join on a task that has not started re-checks that a
+/// worker is on its way.
+const PENDING_RECHECK: Duration = Duration::from_millis(10);
+
 /// Waits for the task to end; false if `limit` ran out first.
 fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<bool, Error> {
     if task.running_thread() == Some(sys::current_thread()) {
@@ -293,7 +297,16 @@ fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<boo
         if deadline.is_some_and(|d| d <= Instant::now()) || limit == Some(Duration::ZERO) {
             return Ok(false);
         }
-        park(&task.state, joiners, sys::raw(rb_self), deadline, |_| false)?;
+        // While the task waits for a worker, wake up now and then to make
+        // sure one is coming (the monitor may have been killed).
+        let until = match phase {
+            Phase::Pending => {
+                let recheck = Instant::now() + PENDING_RECHECK;
+                Some(deadline.map_or(recheck, |d| d.min(recheck)))
+            }
+            _ => deadline,
+        };
+        park(&task.state, joiners, sys::raw(rb_self), until, |_| false)?;
     }
 }
 

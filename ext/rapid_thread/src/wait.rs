@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use magnus::{Error, Value};
 use rb_sys::VALUE;
 
+use crate::errors;
 use crate::sys::{self, GvlCell, WaitList, Waiter, GVL_SPIN_US, QNIL, SPIN_US};
 
 /// Runs `wait` with a waiter for the current thread enlisted on the list
@@ -122,21 +123,37 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
 }
 
 /// Wakes up to `n` of the longest waiters on the list; returns how many.
+/// A wake-up that fails (a fiber scheduler's `unblock` raised, or a kill
+/// of the waking thread landed in it) still counts: the waiter is
+/// signaled and sees it when it runs. The rest are woken all the same and
+/// the first error is returned afterwards, so no waiter is left on the
+/// list unsignaled.
 pub fn wake_n<S>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
     n: usize,
 ) -> Result<usize, Error> {
     let mut woken = 0;
+    let mut first_err = None;
     while woken < n {
         let Some(target) = cell.with(|s| list(s).pop_front().map(Waiter::signal)) else {
             break;
         };
-        if target.wake()? {
-            woken += 1;
+        match target.wake() {
+            Ok(true) => woken += 1,
+            Ok(false) => {}
+            Err(e) => {
+                woken += 1;
+                if first_err.is_none() || errors::is_jump(&e) {
+                    first_err = Some(e);
+                }
+            }
         }
     }
-    Ok(woken)
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(woken),
+    }
 }
 
 /// Wakes the longest waiter on the list, if any.
