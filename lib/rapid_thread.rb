@@ -1,7 +1,13 @@
 # frozen_string_literal: true
 
 require_relative "rapid_thread/version"
-require "rapid_thread/rapid_thread"
+begin
+  # A build for this Ruby (rake compile, or a precompiled gem).
+  require_relative "rapid_thread/#{RUBY_VERSION[/\A\d+\.\d+/]}/rapid_thread"
+rescue LoadError
+  # A source gem's extension, compiled on install.
+  require "rapid_thread/rapid_thread"
+end
 require_relative "rapid_thread/task"
 
 # Fast drop-in replacements for Ruby's thread primitives, written in Rust:

@@ -15,7 +15,9 @@ root = File.expand_path("../..", crate_dir)
 in_place = File.expand_path(Dir.pwd) == File.expand_path(crate_dir)
 profile = ENV.fetch("RAPID_THREAD_CARGO_PROFILE", "release")
 profile_dir = profile == "dev" ? "debug" : profile
-target_dir = in_place ? File.join(crate_dir, "target") : File.join(root, "target")
+# One cargo target dir per Ruby: rb-sys's bindings differ, and sharing one
+# would rebuild everything at each switch.
+target_dir = in_place ? File.join(crate_dir, "target") : File.join(root, "target", "ruby-#{RUBY_VERSION}")
 cargo = ENV.fetch("CARGO", find_executable("cargo") || File.join(Dir.home, ".cargo/bin/cargo"))
 dlext = RbConfig::CONFIG["DLEXT"]
 sitearchdir = RbConfig::CONFIG["sitearchdir"]
