@@ -86,7 +86,11 @@ class ConditionVariableTest < RapidThreadTest
       ->(cv) { cv.wait },
       ->(cv) { cv.wait(Thread::Mutex.new, 1, 2) },
       ->(cv) { cv.wait(Thread::Mutex.new) },
-      ->(cv) { cv.wait(Object.new) },
+      # Kernel#sleep through the object: nil is a TypeError before Ruby 3.3
+      # and sleeps forever from 3.3 on (stock and ours alike), so 3.3 only
+      # checks the timed call.
+      *(RUBY_VERSION < "3.3" ? [->(cv) { cv.wait(Object.new) }] : []),
+      ->(cv) { cv.wait(Object.new, 0) },
       ->(cv) { cv.signal(1) },
       ->(cv) { Marshal.dump(cv) },
       ->(cv) { cv.dup },
