@@ -14,60 +14,28 @@
 # RUBY_SUITE_TARBALL. Only what the two files need is extracted, into
 # tmp/ruby_suite/<version>/: the test files, the test library they load
 # (tool/lib, and test/lib when present) and Ruby's test runner
-# (tool/test/runner.rb). The gem comes in through RUBYOPT
-# ("-I<lib> -rrapid_thread/replace"), so that the processes the tests start
-# (assert_separately, assert_in_out_err) get it too.
+# (tool/test/runner.rb, and the init.rb it loads on 3.3). The gem comes in
+# through RUBYOPT ("-I<lib> -rrapid_thread/replace"), so that the processes
+# the tests start (assert_separately, assert_in_out_err) get it too.
 #
-# Tests that cannot apply to a replacement class are excluded by name
-# through the runner's --excludes-dir, each with the reason (EXCLUDES
-# below); nothing else is left out.
-require "fileutils"
-require "rbconfig"
-require "open3"
+# Tests that cannot apply to a replacement class would be excluded by name
+# through the runner's --excludes-dir, each with its reason (EXCLUDES
+# below). None is needed: on 3.1.2 and 3.3.8 every test passes.
+require_relative "common"
 
-ROOT = File.expand_path("../..", __dir__)
-SERIES = RUBY_VERSION[/\A\d+\.\d+/]
 FILES = %w[test/ruby/test_thread_queue.rb test/ruby/test_thread_cv.rb].freeze
-# Directories extracted whole (those missing from a tarball are skipped).
-DIRS = %w[tool/lib test/lib].freeze
 RUNNER = "tool/test/runner.rb"
+# test/lib: helpers some tests load; tool/test/init.rb: the runner's set-up
+# on 3.3 (3.1's runner has none).
+OPTIONAL = %w[test/lib/ tool/test/init.rb].freeze
 
 # { "TestClass" => { test_name: "why it cannot apply to a replacement" } }
 EXCLUDES = {}.freeze
 
-stock = ARGV.delete("--stock")
-lib = (i = ARGV.index("--lib")) ? File.expand_path(ARGV.slice!(i, 2).last) : File.join(ROOT, "lib")
-extra = (i = ARGV.index("--")) ? ARGV[(i + 1)..] : []
-
-def tarball
-  return ENV["RUBY_SUITE_TARBALL"] if ENV["RUBY_SUITE_TARBALL"]
-
-  out, status = Open3.capture2(File.join(ROOT, "bin/setup-ruby"), SERIES, "source")
-  abort "test/ruby_suite: bin/setup-ruby #{SERIES} source failed" unless status.success?
-  out.lines.last.chomp
-end
-
-# Extracts the needed members once per tarball (a stamp records which).
-def extract(tarball, dest)
-  stamp = File.join(dest, ".extracted")
-  return if File.exist?(stamp) && File.read(stamp) == tarball
-
-  FileUtils.rm_rf(dest)
-  FileUtils.mkdir_p(dest)
-  members, status = Open3.capture2("tar", "-tf", tarball)
-  abort "test/ruby_suite: cannot list #{tarball}" unless status.success?
-  top = members[%r{\A[^/]+/}]
-  wanted = (FILES + [RUNNER]).map { |f| top + f }
-  wanted += DIRS.map { |d| top + d + "/" }.select { |d| members.include?("#{d}\n") }
-  missing = wanted - members.lines.map(&:chomp)
-  abort "test/ruby_suite: #{tarball} lacks #{missing.join(', ')}" unless missing.empty?
-  system("tar", "-xf", tarball, "-C", dest, "--strip-components=1", *wanted, exception: true)
-  File.write(stamp, tarball)
-end
-
-src = tarball
-dest = File.join(ROOT, "tmp", "ruby_suite", RUBY_VERSION)
-extract(src, dest)
+opts = RubySuite.options(ARGV)
+src = RubySuite.tarball
+dest = File.join(RubySuite::ROOT, "tmp", "ruby_suite", RUBY_VERSION)
+RubySuite.extract(src, dest, required: [*FILES, RUNNER, "tool/lib/"], optional: OPTIONAL)
 
 excludes_dir = File.join(dest, "excludes")
 FileUtils.rm_rf(excludes_dir)
@@ -77,13 +45,7 @@ EXCLUDES.each do |klass, tests|
              tests.map { |name, why| "exclude(#{name.inspect}, #{why.dump})\n" }.join)
 end
 
-env = {}
-unless stock
-  env["RUBYOPT"] = [ENV.fetch("RUBYOPT", nil), "-I#{lib}", "-rrapid_thread/replace"].compact.join(" ")
-  check = "exit(Thread::Queue.equal?(RapidThread::Queue) && Thread::ConditionVariable.equal?(RapidThread::ConditionVariable))"
-  system(env, RbConfig.ruby, "-e", check) or abort "test/ruby_suite: rapid_thread/replace is not in effect"
-end
-puts "test/ruby_suite: #{RUBY_DESCRIPTION}"
-puts "test/ruby_suite: #{FILES.join(', ')} from #{File.basename(src)}, with #{stock ? "stock's classes" : "rapid_thread's classes (rapid_thread/replace)"}"
-cmd = [RbConfig.ruby, RUNNER, "--excludes-dir=#{excludes_dir}", *extra, *FILES]
+env = RubySuite.env(stock: opts[:stock], lib: opts[:lib])
+RubySuite.banner(FILES.join(", "), src, stock: opts[:stock], lib: opts[:lib])
+cmd = [RbConfig.ruby, RUNNER, "--excludes-dir=#{excludes_dir}", *opts[:extra], *FILES]
 Dir.chdir(dest) { exit(system(env, *cmd) ? 0 : 1) }
