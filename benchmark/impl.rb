@@ -20,7 +20,8 @@ module BenchImpl
     SizedQueue = ::Thread::SizedQueue
     ConditionVariable = ::Thread::ConditionVariable
   when "gem"
-    $LOAD_PATH.unshift File.expand_path("../lib", __dir__)
+    # RAPID_THREAD_BENCH_LIB: another build's lib/ (benchmark/run.rb --baseline).
+    $LOAD_PATH.unshift ENV.fetch("RAPID_THREAD_BENCH_LIB") { File.expand_path("../lib", __dir__) }
     require "rapid_thread"
     Queue = ::RapidThread::Queue
     SizedQueue = ::RapidThread::SizedQueue

@@ -17,6 +17,10 @@
 #     --idle LIST    waiter counts for the idle-waiters scenario
 #                    (default 0,100,1000,5000; "none" skips it)
 #     --from-json P  re-print the table and re-draw the chart of a saved run
+#     --baseline LIB another build of the gem (its lib/ directory, e.g. a
+#                    git worktree of an older commit after rake compile) as
+#                    one more side, "before": the table adds its times and
+#                    before/after (> 1: the current build is faster)
 #
 # Each run is a separate process. Ratios are stock median / gem median from
 # the same interleaved run. Wall and CPU (user+sys) are measured inside the
@@ -43,6 +47,7 @@ OptionParser.new do |o|
   o.on("--control") { opts[:control] = true }
   o.on("--no-control") { opts[:with_control] = false }
   o.on("--peer") { opts[:peer] = true }
+  o.on("--baseline LIB") { |v| opts[:baseline] = File.expand_path(v) }
   o.on("--idle LIST") { |v| opts[:idle] = v == "none" ? [] : v.split(",").map { |x| Integer(x) } }
 end.parse!
 
@@ -82,6 +87,7 @@ def sides_for(name, opts)
   s = { "stock" => "stock", "gem" => opts[:control] ? "stock-b" : "gem" }
   s["control"] = "stock-b" if opts[:with_control] && !opts[:control]
   s["concurrent"] = "concurrent" if opts[:peer] && PEER.include?(name)
+  s["before"] = "gem" if opts[:baseline]
   s
 end
 
@@ -133,7 +139,8 @@ else
       opts[:rounds].times do |r|
         sides.each do |side, impl|
           progress(started, name, mode, "round #{r + 1}/#{opts[:rounds]}", side)
-          runs[side] << run_one(File.join(DIR, "#{name}.rb"), impl, mode, opts[:scale])
+          env = side == "before" ? { "RAPID_THREAD_BENCH_LIB" => opts[:baseline] } : {}
+          runs[side] << run_one(File.join(DIR, "#{name}.rb"), impl, mode, opts[:scale], env)
         end
       end
       s = sides.keys.to_h { |k| [k, %i[wall cpu rss_kb].to_h { |m| [m, stats(runs[k], m)] }] }
@@ -143,6 +150,7 @@ else
                 speedup: ratio.(s["stock"][:wall], s["gem"][:wall]),
                 control: s["control"] && ratio.(s["stock"][:wall], s["control"][:wall]),
                 vs_peer: s["concurrent"] && ratio.(s["concurrent"][:wall], s["gem"][:wall]),
+                vs_before: s["before"] && ratio.(s["before"][:wall], s["gem"][:wall]),
                 raw: runs }
     end
   end
@@ -200,6 +208,7 @@ head = ["name"]
 modes.each do |m|
   t = m == "pinned" ? "pinned " : ""
   head += ["#{t}stock s", "#{t}rapid_thread s", "#{t}speedup", "#{t}A/A"]
+  head += ["#{t}before s", "#{t}after vs before"] if rows.any? { |r| r[:vs_before] }
 end
 head += ["CPU s stock / gem", "RSS MB stock / gem"]
 head += ["concurrent-ruby s", "gem vs concurrent"] if peer
@@ -210,6 +219,7 @@ rows.group_by { |r| r[:name] }.each do |name, rs|
     r = rs.find { |x| x[:mode] == m }
     s = r ? r[:sides].transform_keys(&:to_s) : {}
     cells += r ? [sec.(s["stock"][:wall]), sec.(s["gem"][:wall]), "**#{x.(r[:speedup])}**", x.(r[:control])] : %w[– – – –]
+    cells += r ? [sec.(s["before"]&.dig(:wall)), x.(r[:vs_before])] : %w[– –] if rows.any? { |q| q[:vs_before] }
   end
   first = rs.first[:sides].transform_keys(&:to_s)
   cells << "#{cpu.(first['stock'][:cpu])} / #{cpu.(first['gem'][:cpu])}"
