@@ -317,7 +317,11 @@ class SignalWakeupTest < RapidThreadTest
     end
 
     def finish(key)
-      r = SignalWakeupTest.run_child(@jobs.fetch(key))
+      r = begin
+        SignalWakeupTest.run_child(@jobs.fetch(key))
+      rescue StandardError => e # the test reports it; a dead worker would leave it waiting
+        [nil, "could not run the child: #{e.class}: #{e.message}", nil]
+      end
       @lock.synchronize do
         @results[key] = r
         @done.broadcast
@@ -332,7 +336,7 @@ class SignalWakeupTest < RapidThreadTest
     POOL_LOCK.synchronize do
       @pool ||= begin
         jobs = CASES.each_with_object({}) do |(name, c), h|
-          %i[stock].push(GEM_IMPL).each { |impl| h[[name, impl]] = script(impl, *c) }
+          [:stock, GEM_IMPL].each { |impl| h[[name, impl]] = script(impl, *c) }
         end
         Minitest.after_run { @pool.shutdown }
         Pool.new(jobs, JOBS)
