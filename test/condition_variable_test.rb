@@ -249,4 +249,82 @@ class ConditionVariableTest < RapidThreadTest
     m.synchronize { cv.signal }
     assert fresh.join(10)
   end
+
+  # A trap handler that raises or exits while a woken waiter waits to take
+  # the mutex back: stock's re-lock runs no handler until it holds the
+  # mutex, so the handler's exception (or SystemExit) surfaces with the
+  # mutex held and `synchronize` releases it. A re-lock that gave up the
+  # mutex turned it into a ThreadError.
+  def test_trap_handler_error_during_the_relock_matches_stock
+    script = <<~'RUBY'
+      impl = ARGV[0] == "stock" ? Thread::ConditionVariable : RapidThread::ConditionVariable
+      m = Thread::Mutex.new
+      cv = impl.new
+      [-> { raise "boom from trap" }, -> { exit 3 }].each do |handler|
+        trap("USR1") { handler.call }
+        waiting = false
+        t = Thread.new do
+          Thread.pass until waiting && Thread.main.stop?
+          m.synchronize do
+            cv.signal
+            # The main thread is now trying to take the mutex back.
+            Thread.pass until Thread.main.stop?
+            Process.kill(:USR1, Process.pid)
+            Thread.pass until Thread.main.status == "run" || Thread.main.stop?
+          end
+        end
+        begin
+          m.synchronize { waiting = true; cv.wait(m) }
+          puts "woke"
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          puts "#{e.class}: #{e.message}"
+        end
+        t.join
+        puts "locked after: #{m.locked?}"
+      end
+    RUBY
+    outs = %w[stock gem].map do |impl|
+      out, err, status = Open3.capture3(RbConfig.ruby, "-I#{File.expand_path('../lib', __dir__)}", "-rrapid_thread",
+                                         "-e", script, impl, stdin_data: "", timeout: 30)
+      assert status.success?, "#{impl}: #{status.inspect}\n#{err}"
+      out
+    end
+    assert_equal outs[0], outs[1]
+    assert_match(/RuntimeError: boom from trap/, outs[1])
+    assert_match(/SystemExit: exit/, outs[1])
+  end
+
+  # A waiter chosen by a signal and then killed passes the signal on; when
+  # the next waiter's fiber scheduler raises in `unblock`, the kill must
+  # still end the killed thread (Ruby has marked it as being killed: an
+  # exception in its place would leave it unkillable).
+  def test_a_kill_survives_a_failing_hand_on_of_the_signal
+    raising_scheduler = Class.new(TestFiberScheduler) do
+      def unblock(*) = raise("unblock failed")
+      def close = nil # the fiber is never resumed: do not wait for it
+    end
+    m = Thread::Mutex.new
+    cv = CV.new
+    rescued = Thread::Queue.new
+    a = spawn_thread do
+      m.synchronize { cv.wait(m) }
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      rescued << e
+      sleep
+    end
+    wait_for_sleepers(a)
+    fibers = Thread::Queue.new # keeps b's suspended fiber (and its waiter) alive
+    b = spawn_thread do
+      Fiber.set_scheduler(raising_scheduler.new)
+      fibers << Fiber.schedule { m.synchronize { cv.wait(m) } }
+      sleep
+    end
+    wait_until { fibers.size == 1 && b.stop? } # the fiber waits on cv
+    m.synchronize do
+      cv.signal # chooses a
+      a.kill    # a passes the signal on to b, whose unblock raises
+    end
+    assert a.join(10), "the killed thread is still alive"
+    assert rescued.empty?, -> { "the kill became #{rescued.pop(true).inspect}" }
+  end
 end

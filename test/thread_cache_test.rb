@@ -451,7 +451,7 @@ class ThreadCacheTest < RapidThreadTest
     monitor.kill
     assert_same t, t.join(10)
     assert_equal :ran, t.value
-    refute monitor.alive?
+    assert monitor.join(10), "the killed monitor ended"
   ensure
     q << 1
   end

@@ -106,16 +106,12 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
             // wake-up (sleep_hrtime's `woke`), else the seconds slept.
             let timed_out =
                 !w.signaled() && deadline.is_some_and(|d| d <= std::time::Instant::now());
-            // As in Mutex#sleep's ensure: the re-lock comes first. An error
-            // it returns (an interrupt deferred until the mutex was held)
-            // replaces the wait's, as one raised in an ensure clause does,
-            // except that a kill (a jump) is never replaced.
-            let relocked = sys::mutex_relock(mutex);
-            match (waited, relocked) {
-                (Err(w), Err(r)) => return Err(if errors::is_jump(&w) { w } else { r }),
-                (Err(e), Ok(())) | (Ok(()), Err(e)) => return Err(e),
-                (Ok(()), Ok(())) => {}
-            }
+            // As in Mutex#sleep's ensure: the re-lock always runs (while a
+            // kill propagates, as Ruby runs ensure clauses). When both fail,
+            // the wait's error is raised (as stock raises it, the re-lock's
+            // interrupt being deferred) unless the re-lock's is more urgent
+            // (a kill, fatal).
+            wait::finally(waited, || sys::mutex_relock(mutex))?;
             sys::check_ints()?;
             if timed_out {
                 return Ok(sys::QNIL);

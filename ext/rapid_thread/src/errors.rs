@@ -71,3 +71,28 @@ pub fn wrong_receiver(obj: Value, expected: &str) -> Error {
 pub fn is_jump(e: &Error) -> bool {
     matches!(e.error_type(), magnus::error::ErrorType::Jump(_))
 }
+
+/// Ruby's `fatal` (e.g. "No live threads left. Deadlock?"): raised, not a
+/// jump, but it must not be replaced by an ordinary exception either.
+fn is_fatal(e: &Error) -> bool {
+    e.is_kind_of(ruby().exception_fatal())
+}
+
+/// Of two errors that met on one path, the one to raise: a jump (a kill)
+/// before `fatal` before any other exception; on a tie, the first.
+pub fn more_urgent(first: Error, second: Error) -> Error {
+    let rank = |e: &Error| {
+        if is_jump(e) {
+            2
+        } else if is_fatal(e) {
+            1
+        } else {
+            0
+        }
+    };
+    if rank(&second) > rank(&first) {
+        second
+    } else {
+        first
+    }
+}

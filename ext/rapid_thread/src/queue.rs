@@ -407,8 +407,10 @@ fn close(rb_self: Value) -> Result<Value, Error> {
         .state
         .with(|s| !std::mem::replace(&mut s.fresh().closed, true));
     if newly {
-        wait::wake_all(&q.state, poppers)?;
-        wait::wake_all(&q.state, pushers)?;
+        // Every waiter of both lists is woken, whatever fails on the way.
+        wait::finally(wait::wake_all(&q.state, poppers), || {
+            wait::wake_all(&q.state, pushers)
+        })?;
     }
     Ok(rb_self)
 }

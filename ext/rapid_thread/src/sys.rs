@@ -591,20 +591,45 @@ pub fn check_ints() -> Result<(), Error> {
 /// not exported); the one public way to it is `Mutex#sleep`
 /// (`rb_mutex_sleep`), here on a fresh private mutex nobody else can see.
 pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
-    // SAFETY: allocates a Thread::Mutex; GVL held.
-    let m = unsafe { rb_sys::rb_mutex_new() };
-    // A fresh mutex is free, so locking it neither waits nor runs
-    // interrupts: the one error is ThreadError "can't be called from trap
-    // context". Inside a trap handler no other handler can run (they do
-    // not nest), so Ruby's own sleep loses no wake-up there.
-    // SAFETY: may raise; caught by protect.
-    let r = match protect(|| unsafe { rb_sys::rb_mutex_lock(m) }) {
-        Ok(_) => private_mutex_sleep(m, timeout),
-        Err(e) if is_thread_error(&e) => sleep_in_trap_context(timeout),
-        Err(e) => Err(e),
-    };
-    gc_guard(m);
-    r
+    Sleeper::new()?.sleep(timeout)
+}
+
+/// What [`ruby_sleep`] sleeps on, made once per wait: a fresh private
+/// Thread::Mutex (nil in trap context). Made before the wait's last check
+/// of its condition, so that no allocation (and no GC) lies between that
+/// check and the sleep, where a signal handler's wake-up could be lost.
+/// It lives on the waiting thread's stack, where the GC sees the mutex.
+pub struct Sleeper {
+    mutex: VALUE,
+}
+
+impl Sleeper {
+    pub fn new() -> Result<Sleeper, Error> {
+        // SAFETY: allocates a Thread::Mutex and locks it; may raise (no
+        // memory), caught by protect. A fresh mutex is free, so locking it
+        // neither waits nor runs interrupts: the one error it raises is
+        // ThreadError "can't be called from trap context". Inside a trap
+        // handler no other handler can run (they do not nest), so Ruby's
+        // own sleep loses no wake-up there.
+        let m = protect(|| unsafe { rb_sys::rb_mutex_new() })?;
+        let mutex = match protect(|| unsafe { rb_sys::rb_mutex_lock(m) }) {
+            Ok(_) => m,
+            Err(e) if is_thread_error(&e) => QNIL,
+            Err(e) => return Err(e),
+        };
+        Ok(Sleeper { mutex })
+    }
+
+    /// Sleeps once (see [`ruby_sleep`]); the caller re-checks its condition.
+    pub fn sleep(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        let r = if self.mutex == QNIL {
+            sleep_in_trap_context(timeout)
+        } else {
+            private_mutex_sleep(self.mutex, timeout)
+        };
+        gc_guard(self.mutex);
+        r
+    }
 }
 
 fn private_mutex_sleep(m: VALUE, timeout: Option<Duration>) -> Result<(), Error> {
@@ -620,16 +645,17 @@ fn private_mutex_sleep(m: VALUE, timeout: Option<Duration>) -> Result<(), Error>
         rb_sys::rb_mutex_sleep(m, t)
     });
     // The re-lock cannot fail on a private, uncontended mutex outside trap
-    // context, so `m` is held here on every path; let it go so that the
-    // thread keeps no list of locked mutexes.
-    // SAFETY: plain queries / unlock of a mutex this thread owns.
-    let unlocked = protect(|| unsafe {
-        if rb_sys::rb_mutex_locked_p(m) != rb_sys::special_consts::Qfalse as VALUE {
-            rb_sys::rb_mutex_unlock(m);
+    // context, so `m` is held here on every path, ready for the next sleep.
+    // Make sure of it (a mutex left unlocked would make the next
+    // rb_mutex_sleep raise).
+    // SAFETY: plain query / lock of a free mutex only this thread uses.
+    let relocked = protect(|| unsafe {
+        if rb_sys::rb_mutex_locked_p(m) == rb_sys::special_consts::Qfalse as VALUE {
+            rb_sys::rb_mutex_lock(m);
         }
         QNIL
     });
-    slept.and(unlocked).map(drop)
+    slept.and(relocked).map(drop)
 }
 
 fn sleep_in_trap_context(timeout: Option<Duration>) -> Result<(), Error> {
@@ -652,6 +678,61 @@ fn is_thread_error(e: &Error) -> bool {
     // SAFETY: called on a Ruby thread holding the GVL.
     let ruby = unsafe { magnus::Ruby::get_unchecked() };
     e.is_kind_of(ruby.exception_thread_error())
+}
+
+/// Runs `cleanup` while the jump `jump` (a kill, a `throw`) is pending,
+/// as Ruby runs an `ensure` clause, and returns the jump to propagate.
+///
+/// While a jump propagates, `$!` holds a marker that is not an exception
+/// (INT2FIX(TAG_FATAL) for a kill). A Ruby call that raises and is rescued
+/// meanwhile must put `$!` back, and Ruby refuses to set it to the marker
+/// (TypeError "assigning non-exception to $!", which would replace the
+/// kill). `rb_ensure` handles it as Ruby's own ensure clauses do: `$!` is
+/// nil while `cleanup` runs, and the marker is restored before the jump
+/// resumes. `cleanup` catches its own errors; any other error is `jump`.
+pub fn cleanup_during_jump<F: FnOnce()>(jump: Error, cleanup: F) -> Error {
+    let tag = match jump.error_type() {
+        magnus::error::ErrorType::Jump(tag) => tag_number(tag),
+        _ => {
+            cleanup();
+            return jump;
+        }
+    };
+    struct Ctx<G> {
+        tag: i32,
+        cleanup: Option<G>,
+    }
+    unsafe extern "C" fn resume<G>(data: VALUE) -> VALUE {
+        // SAFETY: `data` is the Ctx on cleanup_during_jump's stack.
+        rb_sys::rb_jump_tag((*(data as *const Ctx<G>)).tag);
+    }
+    unsafe extern "C" fn run<G: FnOnce()>(data: VALUE) -> VALUE {
+        // SAFETY: as in `resume`; rb_ensure calls this exactly once.
+        if let Some(f) = (*(data as *mut Ctx<G>)).cleanup.take() {
+            f();
+        }
+        QNIL
+    }
+    let mut ctx = Ctx {
+        tag,
+        cleanup: Some(cleanup),
+    };
+    let data = &mut ctx as *mut Ctx<F> as VALUE;
+    // SAFETY: `ctx` outlives the call; `resume` re-raises the jump, which
+    // rb_ensure catches, runs `run`, restores `$!` and jumps on; protect
+    // catches it again.
+    match protect(|| unsafe { rb_sys::rb_ensure(Some(resume::<F>), data, Some(run::<F>), data) }) {
+        Err(e) => e,
+        Ok(_) => jump,
+    }
+}
+
+/// Sets `$!` to nil, after a jump was caught that will be resumed from a
+/// frame with no Ruby frame above it (a cached worker ends with it): the
+/// worker's clean-up calls can then rescue errors as usual.
+pub fn clear_errinfo() {
+    // SAFETY: setting nil never raises.
+    unsafe { rb_sys::rb_set_errinfo(QNIL) }
 }
 
 /// Keeps `v` on this stack frame (where Ruby's conservative GC sees it)
@@ -786,10 +867,16 @@ pub fn mutex_relock(m: VALUE) -> Result<(), Error> {
     if unsafe { rb_sys::rb_mutex_trylock(m) } != rb_sys::special_consts::Qfalse as VALUE {
         return Ok(());
     }
+    let mut state = Relock {
+        mutex: m,
+        kept: None,
+    };
+    let data = &mut state as *mut Relock as VALUE;
     // SAFETY: builds `{Object => :never}` and calls Thread.handle_interrupt
-    // with a C block that locks `m` (a live Mutex the caller holds on its
-    // stack); everything may raise or jump, caught by protect.
-    protect(|| unsafe {
+    // with a C block that locks the mutex (see relock_block); `state`
+    // outlives the call. Leaving handle_interrupt runs the deferred
+    // interrupts, which may raise or jump: caught by protect.
+    let masked = protect(|| unsafe {
         let h = rb_sys::rb_hash_new();
         let never = rb_sys::rb_id2sym(rb_sys::rb_intern(c"never".as_ptr()));
         rb_sys::rb_hash_aset(h, rb_sys::rb_cObject, never);
@@ -798,23 +885,59 @@ pub fn mutex_relock(m: VALUE) -> Result<(), Error> {
             rb_sys::rb_intern(c"handle_interrupt".as_ptr()),
             1,
             &h,
-            Some(lock_block),
-            m,
+            Some(relock_block),
+            data,
         )
-    })?;
-    Ok(())
+    });
+    gc_guard(m);
+    match (state.kept, masked) {
+        (None, r) => r.map(drop),
+        (Some(k), Ok(_)) => Err(k),
+        (Some(k), Err(e)) => Err(crate::errors::more_urgent(k, e)),
+    }
 }
 
-unsafe extern "C" fn lock_block(
+/// The state of a contended re-lock, on [`mutex_relock`]'s stack (which
+/// the GC scans: the kept error's exception stays alive).
+struct Relock {
+    mutex: VALUE,
+    /// The most urgent error met while locking (a trap handler that raised
+    /// or called exit); returned once the mutex is held.
+    kept: Option<Error>,
+}
+
+unsafe extern "C" fn relock_block(
     _yielded: VALUE,
-    m: VALUE,
+    data: VALUE,
     _argc: std::os::raw::c_int,
     _argv: *const VALUE,
     _blockarg: VALUE,
 ) -> VALUE {
-    // SAFETY: `m` is the mutex passed by mutex_relock; a raise longjmps
-    // over this frame, which owns nothing, to mutex_relock's protect.
-    rb_sys::rb_mutex_lock(m)
+    // SAFETY: `data` is the Relock on mutex_relock's stack, alive for the
+    // whole call; nothing here unwinds (errors are caught by protect).
+    let state = &mut *(data as *mut Relock);
+    let m = state.mutex;
+    // Thread#raise and kill are deferred here, but trap handlers (main
+    // thread) still run while rb_mutex_lock waits and may raise, exit or
+    // throw; the mutex is then not held. Keep the error and lock again, as
+    // stock's uninterruptible re-lock would have run the handler after
+    // taking the mutex. A ThreadError is the lock's own refusal (trap
+    // context; another fiber of this thread holds it): stock raises it
+    // too, without the mutex.
+    loop {
+        let r = protect(|| rb_sys::rb_mutex_lock(m));
+        let Err(e) = r else {
+            return QNIL;
+        };
+        let refused = is_thread_error(&e);
+        state.kept = Some(match state.kept.take() {
+            Some(k) => crate::errors::more_urgent(k, e),
+            None => e,
+        });
+        if refused {
+            return QNIL;
+        }
+    }
 }
 
 /// `mutex.sleep(timeout)` through a normal method call (any object that

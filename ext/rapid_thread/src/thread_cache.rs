@@ -197,9 +197,13 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         p.pending.push_back(obj);
     });
     if let Err(e) = dispatch() {
-        // Nothing can run it (no worker could be created): as Thread.new,
-        // raise and leave nothing behind.
-        with(|p| p.pending.retain(|&t| t != obj));
+        // Nothing can run it (no thread could be created, ThreadError): as
+        // Thread.new, raise and leave nothing behind. Any other error (an
+        // interrupt aimed at this thread) leaves the task queued: it runs,
+        // as a Thread.new thread already created would.
+        if e.is_kind_of(ruby.exception_thread_error()) {
+            with(|p| p.pending.retain(|&t| t != obj));
+        }
         return Err(e);
     }
     Ok(task.as_value())
@@ -554,6 +558,10 @@ impl Aftermath {
                 match jump_tag(&e) {
                     Some(tag) => {
                         self.jump.get_or_insert(tag);
+                        // The worker resumes it from its entry frame, with
+                        // no Ruby frame above: until then, later calls
+                        // rescue errors with a plain `$!`.
+                        sys::clear_errinfo();
                     }
                     None => self.retire = true,
                 }
@@ -624,8 +632,15 @@ fn run(obj: VALUE, me: VALUE) -> After {
     });
     sys::gc_guard(start.block);
     sys::gc_guard(start.args);
+    if outcome.as_ref().is_err_and(errors::is_jump) {
+        sys::clear_errinfo(); // see Aftermath::take
+    }
     let mut aftermath = Aftermath::default();
-    let (report, abort) = aftermath.take(thread_flags(me)).unwrap_or((false, false));
+    // If reading them fails (an interrupt consumed there), the flags the
+    // block started with.
+    let (report, abort) = aftermath
+        .take(thread_flags(me))
+        .unwrap_or((start.report_on_exception, start.abort_on_exception));
     task.set_flags(report, abort);
     let (phase, result, raised) = match outcome {
         Ok(v) => (Phase::Finished, v, None),

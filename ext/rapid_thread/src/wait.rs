@@ -42,8 +42,13 @@ pub fn enlisted<S, R>(
 ) -> Result<R, Error> {
     let w = Waiter::current(blocker);
     let result = sys::while_enlisted(cell, list, &w, || wait(&w));
-    if result.is_err() && w.signaled() && cell.with(worth_passing_on) {
-        wake_one(cell, list)?;
+    if let Err(e) = result {
+        if w.signaled() && cell.with(worth_passing_on) {
+            // The error that ended this wait (a kill, say) stays the one
+            // raised unless passing the wake-up on met a more urgent one.
+            return Err(after_error(e, || wake_one(cell, list)));
+        }
+        return Err(e);
     }
     result
 }
@@ -107,14 +112,19 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
     // We are about to give up the GVL in Ruby's sleep: let a signaled
     // spinner stop waiting for it.
     sys::note_gvl_release();
+    let sleeper = sys::Sleeper::new()?;
     loop {
+        // A signal handler that runs here (and wakes us) runs before the
+        // check below, not in the sleep's own first interrupt check, whose
+        // wake-up Ruby would overwrite when it restores the sleeping status.
+        sys::check_ints()?;
         if w.signaled() {
             return Ok(());
         }
         match remaining(deadline) {
-            None => sys::ruby_sleep(None)?,
+            None => sleeper.sleep(None)?,
             Some(left) if left.is_zero() => return Ok(()),
-            Some(left) => sys::ruby_sleep(Some(left))?,
+            Some(left) => sleeper.sleep(Some(left))?,
         }
         if once {
             return Ok(());
@@ -126,15 +136,15 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
 /// A wake-up that fails (a fiber scheduler's `unblock` raised, or a kill
 /// of the waking thread landed in it) still counts: the waiter is
 /// signaled and sees it when it runs. The rest are woken all the same and
-/// the first error is returned afterwards, so no waiter is left on the
-/// list unsignaled.
+/// the most urgent error is returned afterwards, so no waiter is left on
+/// the list unsignaled.
 pub fn wake_n<S>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
     n: usize,
 ) -> Result<usize, Error> {
     let mut woken = 0;
-    let mut first_err = None;
+    let mut first_err: Option<Error> = None;
     while woken < n {
         let Some(target) = cell.with(|s| list(s).pop_front().map(Waiter::signal)) else {
             break;
@@ -144,15 +154,48 @@ pub fn wake_n<S>(
             Ok(false) => {}
             Err(e) => {
                 woken += 1;
-                if first_err.is_none() || errors::is_jump(&e) {
-                    first_err = Some(e);
+                if errors::is_jump(&e) {
+                    // Wake the rest while the jump is pending.
+                    let rest = n - woken;
+                    return Err(sys::cleanup_during_jump(e, || {
+                        // The jump outranks whatever else fails here.
+                        let _ = wake_n(cell, list, rest);
+                    }));
                 }
+                first_err.get_or_insert(e);
             }
         }
     }
     match first_err {
         Some(e) => Err(e),
         None => Ok(woken),
+    }
+}
+
+/// `first`, then `next` whatever `first` gave (an ensure clause): both run,
+/// and the more urgent error is returned (see `errors::more_urgent`).
+pub fn finally(
+    first: Result<(), Error>,
+    next: impl FnOnce() -> Result<(), Error>,
+) -> Result<(), Error> {
+    match first {
+        Ok(()) => next(),
+        Err(e) => Err(after_error(e, next)),
+    }
+}
+
+/// Runs `next` after the error `e` (an ensure clause) and returns the more
+/// urgent error. After a jump, `next` runs as Ruby runs ensure clauses
+/// (`sys::cleanup_during_jump`), and the jump outranks anything it meets.
+pub fn after_error(e: Error, next: impl FnOnce() -> Result<(), Error>) -> Error {
+    if errors::is_jump(&e) {
+        return sys::cleanup_during_jump(e, || {
+            let _ = next();
+        });
+    }
+    match next() {
+        Ok(()) => e,
+        Err(n) => errors::more_urgent(e, n),
     }
 }
 
