@@ -73,6 +73,20 @@ module RapidThreadTestHelpers
     Process.clock_gettime(Process::CLOCK_MONOTONIC)
   end
 
+  # Runs the block with GC.stress off (under RAPID_THREAD_GC_STRESS): for
+  # stock's side of a comparison, the oracle, where stress checks nothing
+  # of ours and only costs time.
+  def unstressed
+    return yield unless GC_STRESS
+
+    GC.stress = false
+    begin
+      yield
+    ensure
+      GC.stress = GC_STRESS
+    end
+  end
+
   # Starts a thread that the test's teardown kills and joins.
   def spawn_thread(&block)
     t = Thread.new(&block)
