@@ -111,7 +111,7 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
             // the wait's error is raised (as stock raises it, the re-lock's
             // interrupt being deferred) unless the re-lock's is more urgent
             // (a kill, fatal).
-            wait::finally(waited, || sys::mutex_relock(mutex))?;
+            wait::finally(waited, || relock(mutex))?;
             sys::check_ints()?;
             if timed_out {
                 return Ok(sys::QNIL);
@@ -123,6 +123,19 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
         },
     );
     slept.map(sys::value)
+}
+
+/// Re-locks the mutex after the wait, as stock's uninterruptible re-lock:
+/// no interrupt leaves it unlocked. Usually one (try-)lock does it; an
+/// interrupt that breaks a contended lock is kept, the mutex taken with
+/// further interrupts deferred, and the kept error returned with the mutex
+/// held (stock raises it right after the re-lock too).
+fn relock(mutex: rb_sys::VALUE) -> Result<(), Error> {
+    match sys::mutex_lock_once(mutex) {
+        Ok(()) => Ok(()),
+        Err(e) if sys::refused_lock(&e) => Err(e),
+        Err(e) => Err(wait::after_error(e, || sys::mutex_relock_masked(mutex))),
+    }
 }
 
 fn signal(rb_self: Value) -> Result<Value, Error> {

@@ -854,15 +854,35 @@ pub fn mutex_unlock(m: VALUE) -> Result<(), Error> {
     Ok(())
 }
 
-/// Re-locks `m` after a wait, as stock's `mutex_lock_uninterruptible`
-/// does after Mutex#sleep: no interrupt breaks the attempt. Uncontended
-/// (the usual case) it is a `trylock`, which runs no interrupts. Contended,
-/// it waits inside `Thread.handle_interrupt(Object => :never)`, so that
-/// Thread#raise / kill / Timeout stay pending until the mutex is held;
-/// they are then raised (a jump for a kill) as the returned error, with the
-/// mutex held. The error is ThreadError without the mutex only where stock
-/// raises it too (a trap handler).
-pub fn mutex_relock(m: VALUE) -> Result<(), Error> {
+/// Locks `m` once: `trylock`, else `rb_mutex_lock`, which waits and runs
+/// interrupts while it waits; an interrupt's error comes back without the
+/// mutex. The first half of re-locking after a wait (see
+/// condition_variable.rs): the rare interrupted case finishes with
+/// [`mutex_relock_masked`].
+pub fn mutex_lock_once(m: VALUE) -> Result<(), Error> {
+    // SAFETY: a plain try-lock; does not raise.
+    if unsafe { rb_sys::rb_mutex_trylock(m) } != rb_sys::special_consts::Qfalse as VALUE {
+        return Ok(());
+    }
+    // SAFETY: may raise (interrupts, ThreadError); caught by protect.
+    protect(|| unsafe { rb_sys::rb_mutex_lock(m) }).map(drop)
+}
+
+/// Whether `e` is a raised ThreadError: the lock's own refusal (trap
+/// context, recursive locking), never an interrupt's.
+pub fn refused_lock(e: &Error) -> bool {
+    is_thread_error(e)
+}
+
+/// Locks `m` as stock's `mutex_lock_uninterruptible` does after
+/// Mutex#sleep: no interrupt breaks the attempt. It waits inside
+/// `Thread.handle_interrupt(Object => :never)`, so that Thread#raise / kill
+/// / Timeout stay pending until the mutex is held; they are then raised (a
+/// jump for a kill) as the returned error, with the mutex held. The error
+/// is ThreadError without the mutex only where stock raises it too (a trap
+/// handler). Costs a method call and a Hash: only for the rare re-lock that
+/// an interrupt broke.
+pub fn mutex_relock_masked(m: VALUE) -> Result<(), Error> {
     // SAFETY: a plain try-lock; does not raise.
     if unsafe { rb_sys::rb_mutex_trylock(m) } != rb_sys::special_consts::Qfalse as VALUE {
         return Ok(());
@@ -897,7 +917,7 @@ pub fn mutex_relock(m: VALUE) -> Result<(), Error> {
     }
 }
 
-/// The state of a contended re-lock, on [`mutex_relock`]'s stack (which
+/// The state of a contended re-lock, on [`mutex_relock_masked`]'s stack (which
 /// the GC scans: the kept error's exception stays alive).
 struct Relock {
     mutex: VALUE,
@@ -913,7 +933,7 @@ unsafe extern "C" fn relock_block(
     _argv: *const VALUE,
     _blockarg: VALUE,
 ) -> VALUE {
-    // SAFETY: `data` is the Relock on mutex_relock's stack, alive for the
+    // SAFETY: `data` is the Relock on mutex_relock_masked's stack, alive for the
     // whole call; nothing here unwinds (errors are caught by protect).
     let state = &mut *(data as *mut Relock);
     let m = state.mutex;
