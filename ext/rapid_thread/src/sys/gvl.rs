@@ -1,0 +1,146 @@
+//! Releasing the GVL: the spin phase of a wait, and handing the GVL over.
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use super::*;
+
+// ---------------------------------------------------------------------------
+// Waiting and waking (CRuby thread API)
+// ---------------------------------------------------------------------------
+
+/// Counts GVL releases done by our own waits. A spinner that has been
+/// signaled waits for it to move: the thread that woke it has then given
+/// up the GVL, so taking it does not sleep. See ../shared/notes/handoff.md.
+pub static GVL_RELEASES: AtomicU64 = AtomicU64::new(0);
+
+#[inline]
+pub fn note_gvl_release() {
+    GVL_RELEASES.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Whether the current thread is the only live thread.
+pub fn thread_alone() -> bool {
+    // SAFETY: a plain query, GVL held.
+    unsafe { rb_sys::rb_thread_alone() != 0 }
+}
+
+/// Spin budgets, in microseconds (see `RapidThread.spin_us`).
+pub static SPIN_US: AtomicU32 = AtomicU32::new(50);
+pub static GVL_SPIN_US: AtomicU32 = AtomicU32::new(50);
+
+struct SpinArgs<'a> {
+    w: &'a Waiter,
+    spin: Duration,
+    gvl: Duration,
+}
+
+fn spin_phase(a: &SpinArgs) {
+    note_gvl_release();
+    let w = a.w;
+    let start = std::time::Instant::now();
+    // Phase 1: wait for the signal, yielding the CPU between checks.
+    loop {
+        if w.signaled() {
+            break;
+        }
+        if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin {
+            return;
+        }
+        // SAFETY: a plain system call.
+        unsafe { libc::sched_yield() };
+    }
+    // Phase 2: the waker still holds the GVL; wait until it has released
+    // it through one of our waits, so that re-acquiring it does not sleep.
+    let epoch = w.wake_epoch.load(Ordering::Relaxed);
+    let start = std::time::Instant::now();
+    while GVL_RELEASES.load(Ordering::Acquire) == epoch
+        && !w.interrupted.load(Ordering::Relaxed)
+        && start.elapsed() < a.gvl
+    {
+        // SAFETY: a plain system call.
+        unsafe { libc::sched_yield() };
+    }
+}
+
+unsafe extern "C" fn spin_nogvl(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the `SpinArgs` on the caller's stack, alive for the
+    // whole call. A panic here would abort (extern "C"), and nothing in
+    // spin_phase panics.
+    spin_phase(&*(arg as *const SpinArgs));
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn spin_ubf(arg: *mut c_void) {
+    // SAFETY: `arg` is the waiter, alive while its wait runs.
+    (*(arg as *const Waiter))
+        .interrupted
+        .store(true, Ordering::Relaxed);
+}
+
+/// Spins for the signal with the GVL released (two-phase, see
+/// docs/design-details.md). Returns with the GVL held; never raises.
+pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration) {
+    let args = SpinArgs { w, spin, gvl };
+    // SAFETY: both pointers refer to locals that outlive the call; the
+    // unblock function only stores an atomic flag. The `2` variant matters:
+    // plain rb_thread_call_without_gvl runs pending interrupts on the way
+    // out and may longjmp over our frames; this one never raises (it skips
+    // `spin_nogvl` when an interrupt is pending), and the caller runs
+    // interrupts itself under rb_protect.
+    unsafe {
+        rb_sys::rb_thread_call_without_gvl2(
+            Some(spin_nogvl),
+            &args as *const SpinArgs as *mut c_void,
+            Some(spin_ubf),
+            w as *const Waiter as *mut c_void,
+        );
+    }
+}
+
+struct YieldArgs {
+    budget: Duration,
+    interrupted: AtomicBool,
+}
+
+unsafe extern "C" fn yield_nogvl(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the YieldArgs on the caller's stack, alive for the
+    // whole call; nothing here panics.
+    let a = &*(arg as *const YieldArgs);
+    let epoch = GVL_RELEASES.load(Ordering::Acquire);
+    let start = Instant::now();
+    while GVL_RELEASES.load(Ordering::Acquire) == epoch
+        && !a.interrupted.load(Ordering::Relaxed)
+        && start.elapsed() < a.budget
+    {
+        libc::sched_yield();
+    }
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn yield_ubf(arg: *mut c_void) {
+    // SAFETY: `arg` is the YieldArgs, alive while the call runs.
+    (*(arg as *const YieldArgs))
+        .interrupted
+        .store(true, Ordering::Relaxed);
+}
+
+/// Gives the GVL to a thread spinning for it in one of our waits (phase 2
+/// of the two-phase wait, which Thread.pass cannot see: it is not queued
+/// on the GVL), and takes it back once that thread has released it again
+/// through one of our waits, or after `budget`. Never raises.
+pub fn yield_gvl(budget: Duration) {
+    note_gvl_release();
+    let args = YieldArgs {
+        budget,
+        interrupted: AtomicBool::new(false),
+    };
+    let p = &args as *const YieldArgs as *mut c_void;
+    // SAFETY: `args` outlives the call; the unblock function only stores
+    // an atomic flag; the `2` variant never raises (see spin_without_gvl).
+    unsafe {
+        rb_sys::rb_thread_call_without_gvl2(Some(yield_nogvl), p, Some(yield_ubf), p);
+    }
+}

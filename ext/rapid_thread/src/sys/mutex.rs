@@ -1,0 +1,153 @@
+//! Thread::Mutex calls for ConditionVariable#wait.
+
+use std::ptr;
+use std::time::Duration;
+
+use magnus::rb_sys::protect;
+use magnus::Error;
+use rb_sys::VALUE;
+
+use super::sleep::is_thread_error;
+use super::threads::handle_interrupt;
+use super::*;
+
+// ---------------------------------------------------------------------------
+// Mutexes (ConditionVariable#wait)
+// ---------------------------------------------------------------------------
+
+/// `rb_time_interval`: Mutex#sleep's conversion of its timeout, with its
+/// errors ("time interval must not be negative", "can't convert ...").
+pub fn time_interval(v: VALUE) -> Result<Duration, Error> {
+    let mut tv = rb_sys::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    let tv_ptr = &mut tv as *mut rb_sys::timeval;
+    // SAFETY: may raise; protect catches it. `tv` outlives the closure.
+    protect(|| unsafe {
+        *tv_ptr = rb_sys::rb_time_interval(v);
+        QNIL
+    })?;
+    Ok(Duration::from_secs(tv.tv_sec.max(0) as u64)
+        + Duration::from_micros(tv.tv_usec.max(0) as u64))
+}
+
+pub fn mutex_unlock(m: VALUE) -> Result<(), Error> {
+    // SAFETY: raises ThreadError when not owned; caught by protect.
+    protect(|| unsafe { rb_sys::rb_mutex_unlock(m) })?;
+    Ok(())
+}
+
+/// Locks `m` once: `trylock`, else `rb_mutex_lock`, which waits and runs
+/// interrupts while it waits; an interrupt's error comes back without the
+/// mutex. The first half of re-locking after a wait (see
+/// condition_variable.rs): the rare interrupted case finishes with
+/// [`mutex_relock_masked`].
+pub fn mutex_lock_once(m: VALUE) -> Result<(), Error> {
+    // SAFETY: a plain try-lock; does not raise.
+    if unsafe { rb_sys::rb_mutex_trylock(m) } != rb_sys::special_consts::Qfalse as VALUE {
+        return Ok(());
+    }
+    // SAFETY: may raise (interrupts, ThreadError); caught by protect.
+    protect(|| unsafe { rb_sys::rb_mutex_lock(m) }).map(drop)
+}
+
+/// Whether `e` is a raised ThreadError: the lock's own refusal (trap
+/// context, recursive locking), never an interrupt's.
+pub fn refused_lock(e: &Error) -> bool {
+    is_thread_error(e)
+}
+
+/// Locks `m` as stock's `mutex_lock_uninterruptible` does after
+/// Mutex#sleep: no interrupt breaks the attempt. It waits inside
+/// `Thread.handle_interrupt(Object => :never)`, so that Thread#raise / kill
+/// / Timeout stay pending until the mutex is held; they are then raised (a
+/// jump for a kill) as the returned error, with the mutex held. The error
+/// is ThreadError without the mutex only where stock raises it too (a trap
+/// handler). Costs a method call and a Hash: only for the rare re-lock that
+/// an interrupt broke.
+pub fn mutex_relock_masked(m: VALUE) -> Result<(), Error> {
+    // SAFETY: a plain try-lock; does not raise.
+    if unsafe { rb_sys::rb_mutex_trylock(m) } != rb_sys::special_consts::Qfalse as VALUE {
+        return Ok(());
+    }
+    let mut state = Relock {
+        mutex: m,
+        kept: None,
+    };
+    let data = &mut state as *mut Relock as VALUE;
+    // `state` outlives the call (see relock_block).
+    let masked = handle_interrupt(c"never", relock_block, data);
+    gc_guard(m);
+    match (state.kept, masked) {
+        (None, r) => r.map(drop),
+        (Some(k), Ok(_)) => Err(k),
+        (Some(k), Err(e)) => Err(crate::errors::more_urgent(k, e)),
+    }
+}
+
+/// The state of a contended re-lock, on [`mutex_relock_masked`]'s stack (which
+/// the GC scans: the kept error's exception stays alive).
+struct Relock {
+    mutex: VALUE,
+    /// The most urgent error met while locking (a trap handler that raised
+    /// or called exit); returned once the mutex is held.
+    kept: Option<Error>,
+}
+
+unsafe extern "C" fn relock_block(
+    _yielded: VALUE,
+    data: VALUE,
+    _argc: std::os::raw::c_int,
+    _argv: *const VALUE,
+    _blockarg: VALUE,
+) -> VALUE {
+    // SAFETY: `data` is the Relock on mutex_relock_masked's stack, alive for the
+    // whole call; nothing here unwinds (errors are caught by protect).
+    let state = &mut *(data as *mut Relock);
+    let m = state.mutex;
+    // Thread#raise and kill are deferred here, but trap handlers (main
+    // thread) still run while rb_mutex_lock waits and may raise, exit or
+    // throw; the mutex is then not held. Keep the error and lock again, as
+    // stock's uninterruptible re-lock would have run the handler after
+    // taking the mutex. A ThreadError is the lock's own refusal (trap
+    // context; another fiber of this thread holds it): stock raises it
+    // too, without the mutex.
+    loop {
+        let r = protect(|| rb_sys::rb_mutex_lock(m));
+        let Err(e) = r else {
+            return QNIL;
+        };
+        let refused = is_thread_error(&e);
+        state.kept = Some(match state.kept.take() {
+            Some(k) => crate::errors::more_urgent(k, e),
+            None => e,
+        });
+        if refused {
+            return QNIL;
+        }
+    }
+}
+
+/// `mutex.sleep(timeout)` through a normal method call (any object that
+/// responds to `sleep`).
+pub fn call_sleep(m: VALUE, timeout: VALUE) -> Result<VALUE, Error> {
+    // SAFETY: a method call that may raise; caught by protect.
+    protect(|| unsafe {
+        let id = rb_sys::rb_intern(c"sleep".as_ptr());
+        rb_sys::rb_funcallv(m, id, 1, &timeout)
+    })
+}
+
+/// `rb_obj_class(v)`.
+pub fn class_of(v: VALUE) -> VALUE {
+    // SAFETY: a plain query of a live object.
+    unsafe { rb_sys::rb_obj_class(v) }
+}
+
+/// Seconds since the epoch, as `time(0)` (Mutex#sleep returns the
+/// difference of two of these).
+pub fn wall_seconds() -> i64 {
+    // SAFETY: time(NULL) has no preconditions.
+    unsafe { libc::time(ptr::null_mut()) as i64 }
+}

@@ -1,0 +1,199 @@
+//! Ruby's sleep (the second phase of a wait), interrupts, and jumps.
+
+use std::time::Duration;
+
+use magnus::rb_sys::protect;
+use magnus::Error;
+use rb_sys::VALUE;
+
+use super::*;
+
+/// Runs pending interrupts (Thread#raise, kill, signal handlers).
+pub fn check_ints() -> Result<(), Error> {
+    // SAFETY: may raise; caught by protect.
+    protect(|| unsafe {
+        rb_sys::rb_thread_check_ints();
+        QNIL
+    })?;
+    Ok(())
+}
+
+/// Sleeps until woken, until `timeout` passes, or until any interrupt
+/// runs (a signal handler, Thread#raise, ...): it may return spuriously, and
+/// the caller re-checks its condition after every return. Visible to the
+/// deadlock detector when untimed.
+///
+/// Ruby's `rb_thread_sleep_deadly` / `rb_thread_wait_for` do not return
+/// after a signal handler: the handler runs with the thread marked
+/// runnable and the sleeping status is restored afterwards, so a wake-up
+/// that lands meanwhile (from the handler itself or another thread) is a
+/// no-op and the thread sleeps on. Stock's queue waits use a sleep that
+/// returns after any interrupt (`rb_thread_sleep_deadly_allow_spurious_wakeup`,
+/// not exported); the one public way to it is `Mutex#sleep`
+/// (`rb_mutex_sleep`), here on a fresh private mutex nobody else can see.
+pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
+    Sleeper::new()?.sleep(timeout)
+}
+
+/// What [`ruby_sleep`] sleeps on, made once per wait: a fresh private
+/// Thread::Mutex (nil in trap context). Made before the wait's last check
+/// of its condition, so that no allocation (and no GC) lies between that
+/// check and the sleep, where a signal handler's wake-up could be lost.
+/// It lives on the waiting thread's stack, where the GC sees the mutex.
+pub struct Sleeper {
+    mutex: VALUE,
+}
+
+impl Sleeper {
+    pub fn new() -> Result<Sleeper, Error> {
+        // SAFETY: allocates a Thread::Mutex and locks it; may raise (no
+        // memory), caught by protect. A fresh mutex is free, so locking it
+        // neither waits nor runs interrupts: the one error it raises is
+        // ThreadError "can't be called from trap context". Inside a trap
+        // handler no other handler can run (they do not nest), so Ruby's
+        // own sleep loses no wake-up there.
+        let m = protect(|| unsafe { rb_sys::rb_mutex_new() })?;
+        let mutex = match protect(|| unsafe { rb_sys::rb_mutex_lock(m) }) {
+            Ok(_) => m,
+            Err(e) if is_thread_error(&e) => QNIL,
+            Err(e) => return Err(e),
+        };
+        Ok(Sleeper { mutex })
+    }
+
+    /// Sleeps once (see [`ruby_sleep`]); the caller re-checks its condition.
+    pub fn sleep(&self, timeout: Option<Duration>) -> Result<(), Error> {
+        let r = if self.mutex == QNIL {
+            sleep_in_trap_context(timeout)
+        } else {
+            private_mutex_sleep(self.mutex, timeout)
+        };
+        gc_guard(self.mutex);
+        r
+    }
+}
+
+fn private_mutex_sleep(m: VALUE, timeout: Option<Duration>) -> Result<(), Error> {
+    // SAFETY: rb_mutex_sleep unlocks `m` (ours, locked by this thread),
+    // sleeps, re-locks it uninterruptibly in an ensure, then runs pending
+    // interrupts, which may raise or jump: caught by protect. The Float is
+    // a flonum or kept on this stack frame until the call returns.
+    let slept = protect(|| unsafe {
+        let t = match timeout {
+            None => QNIL,
+            Some(d) => rb_sys::rb_float_new(d.as_secs_f64()),
+        };
+        rb_sys::rb_mutex_sleep(m, t)
+    });
+    // The re-lock cannot fail on a private, uncontended mutex outside trap
+    // context, so `m` is held here on every path, ready for the next sleep.
+    // Make sure of it (a mutex left unlocked would make the next
+    // rb_mutex_sleep raise).
+    // SAFETY: plain query / lock of a free mutex only this thread uses.
+    let relocked = protect(|| unsafe {
+        if rb_sys::rb_mutex_locked_p(m) == rb_sys::special_consts::Qfalse as VALUE {
+            rb_sys::rb_mutex_lock(m);
+        }
+        QNIL
+    });
+    slept.and(relocked).map(drop)
+}
+
+fn sleep_in_trap_context(timeout: Option<Duration>) -> Result<(), Error> {
+    // SAFETY: both calls may raise (interrupts); caught by protect.
+    protect(|| unsafe {
+        match timeout {
+            None => rb_sys::rb_thread_sleep_deadly(),
+            Some(d) => rb_sys::rb_thread_wait_for(rb_sys::timeval {
+                tv_sec: d.as_secs() as _,
+                tv_usec: d.subsec_micros() as _,
+            }),
+        }
+        QNIL
+    })?;
+    Ok(())
+}
+
+/// Whether `e` is a raised ThreadError (never true for a jump: a kill).
+pub(super) fn is_thread_error(e: &Error) -> bool {
+    // SAFETY: called on a Ruby thread holding the GVL.
+    let ruby = unsafe { magnus::Ruby::get_unchecked() };
+    e.is_kind_of(ruby.exception_thread_error())
+}
+
+/// Runs `cleanup` while the jump `jump` (a kill, a `throw`) is pending,
+/// as Ruby runs an `ensure` clause, and returns the jump to propagate.
+///
+/// While a jump propagates, `$!` holds a marker that is not an exception
+/// (INT2FIX(TAG_FATAL) for a kill). A Ruby call that raises and is rescued
+/// meanwhile must put `$!` back, and Ruby refuses to set it to the marker
+/// (TypeError "assigning non-exception to $!", which would replace the
+/// kill). `rb_ensure` handles it as Ruby's own ensure clauses do: `$!` is
+/// nil while `cleanup` runs, and the marker is restored before the jump
+/// resumes. `cleanup` catches its own errors; any other error is `jump`.
+pub fn cleanup_during_jump<F: FnOnce()>(jump: Error, cleanup: F) -> Error {
+    let tag = match jump.error_type() {
+        magnus::error::ErrorType::Jump(tag) => tag_number(tag),
+        _ => {
+            cleanup();
+            return jump;
+        }
+    };
+    struct Ctx<G> {
+        tag: i32,
+        cleanup: Option<G>,
+    }
+    unsafe extern "C" fn resume<G>(data: VALUE) -> VALUE {
+        // SAFETY: `data` is the Ctx on cleanup_during_jump's stack.
+        rb_sys::rb_jump_tag((*(data as *const Ctx<G>)).tag);
+    }
+    unsafe extern "C" fn run<G: FnOnce()>(data: VALUE) -> VALUE {
+        // SAFETY: as in `resume`; rb_ensure calls this exactly once.
+        if let Some(f) = (*(data as *mut Ctx<G>)).cleanup.take() {
+            f();
+        }
+        QNIL
+    }
+    let mut ctx = Ctx {
+        tag,
+        cleanup: Some(cleanup),
+    };
+    let data = &mut ctx as *mut Ctx<F> as VALUE;
+    // SAFETY: `ctx` outlives the call; `resume` re-raises the jump, which
+    // rb_ensure catches, runs `run`, restores `$!` and jumps on; protect
+    // catches it again.
+    match protect(|| unsafe { rb_sys::rb_ensure(Some(resume::<F>), data, Some(run::<F>), data) }) {
+        Err(e) => e,
+        Ok(_) => jump,
+    }
+}
+
+/// Sets `$!` to nil, after a jump was caught that will be resumed from a
+/// frame with no Ruby frame above it (a cached worker ends with it): the
+/// worker's clean-up calls can then rescue errors as usual.
+pub fn clear_errinfo() {
+    // SAFETY: setting nil never raises.
+    unsafe { rb_sys::rb_set_errinfo(QNIL) }
+}
+
+/// Keeps `v` on this stack frame (where Ruby's conservative GC sees it)
+/// up to this point, as `RB_GC_GUARD` does: a VALUE otherwise dead to the
+/// compiler may live only in a register or nowhere while Ruby allocates.
+#[inline(always)]
+pub fn gc_guard(v: VALUE) {
+    std::hint::black_box(&v);
+}
+
+/// Blocks the current fiber through its scheduler.
+pub fn scheduler_block(w: &Waiter, timeout: Option<Duration>) -> Result<(), Error> {
+    let (scheduler, blocker) = (w.scheduler, w.blocker);
+    // SAFETY: may call Ruby code and raise; caught by protect.
+    protect(|| unsafe {
+        let t = match timeout {
+            None => QNIL,
+            Some(d) => rb_sys::rb_float_new(d.as_secs_f64()),
+        };
+        rb_sys::rb_fiber_scheduler_block(scheduler, blocker, t)
+    })?;
+    Ok(())
+}

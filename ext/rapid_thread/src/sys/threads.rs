@@ -1,0 +1,241 @@
+//! Ruby threads, blocks and calls (the thread cache).
+
+use std::ffi::c_void;
+
+use std::ffi::CStr;
+
+use magnus::rb_sys::protect;
+use magnus::Error;
+use rb_sys::{ruby_value_type, VALUE};
+
+use super::*;
+
+// ---------------------------------------------------------------------------
+// Ruby threads, blocks and calls (thread cache)
+// ---------------------------------------------------------------------------
+
+/// The body of a thread started by [`create_thread`]: returns the
+/// non-local exit tag (kill, exit) to resume once it has cleaned up, or
+/// None to end the thread normally.
+pub type ThreadBody = fn() -> Option<i32>;
+
+unsafe extern "C" fn thread_entry(arg: *mut c_void) -> VALUE {
+    // SAFETY: `arg` is the `ThreadBody` that create_thread cast to a
+    // pointer; function pointers round-trip through `*mut c_void`.
+    let body: ThreadBody = std::mem::transmute::<*mut c_void, ThreadBody>(arg);
+    // A panic must not unwind into Ruby's C frames: end the thread instead
+    // (the body's drop guards have run by then).
+    finish_thread(std::panic::catch_unwind(body).unwrap_or(None))
+}
+
+unsafe extern "C" fn unmasked_thread_entry(arg: *mut c_void) -> VALUE {
+    // SAFETY: as in thread_entry.
+    let body: ThreadBody = std::mem::transmute::<*mut c_void, ThreadBody>(arg);
+    finish_thread(run_unmasked(body))
+}
+
+unsafe fn finish_thread(tag: Option<i32>) -> VALUE {
+    if let Some(tag) = tag {
+        // SAFETY: resumes a kill/exit caught by `protect` deeper down. Only
+        // the entry frame, which owns nothing, is jumped over; Ruby's own
+        // thread start-up code catches it and ends the thread as killed.
+        rb_sys::rb_jump_tag(tag);
+    }
+    QNIL
+}
+
+unsafe extern "C" fn unmasked_block(
+    _yielded: VALUE,
+    data: VALUE,
+    _argc: std::os::raw::c_int,
+    _argv: *const VALUE,
+    _blockarg: VALUE,
+) -> VALUE {
+    // SAFETY: `data` points at the (body, result) pair on run_unmasked's
+    // stack, alive for the whole call.
+    let slot = &mut *(data as *mut (ThreadBody, Option<i32>));
+    // A panic must not unwind into Ruby's C frames (see thread_entry).
+    slot.1 = std::panic::catch_unwind(slot.0).unwrap_or(None);
+    QNIL
+}
+
+/// Runs `body` inside `Thread.handle_interrupt(Object => :immediate)`.
+/// A Ruby thread inherits its creator's handle_interrupt masks; a thread
+/// created inside `handle_interrupt(Object => :never)` would otherwise
+/// never see a kill (Task#kill, or the one Ruby sends at exit), and the
+/// threads it creates would inherit the mask too.
+fn run_unmasked(body: ThreadBody) -> Option<i32> {
+    let mut slot: (ThreadBody, Option<i32>) = (body, None);
+    let data = &mut slot as *mut (ThreadBody, Option<i32>) as VALUE;
+    // `slot` outlives the call.
+    // handle_interrupt runs pending interrupts when it returns, which may
+    // raise or jump: the Err below.
+    let r = handle_interrupt(c"immediate", unmasked_block, data);
+    match r {
+        Ok(_) => slot.1,
+        Err(e) => match e.error_type() {
+            magnus::error::ErrorType::Jump(tag) => slot.1.or(Some(tag_number(tag))),
+            _ => slot.1,
+        },
+    }
+}
+
+/// Starts a Ruby thread (`rb_thread_create`) running `body` natively, with
+/// no Ruby frame beneath it: backtraces raised in it contain only what the
+/// body calls. With `unmasked`, the body runs inside
+/// `Thread.handle_interrupt(Object => :immediate)` (see [`run_unmasked`];
+/// that adds a frame, so it is for threads that run no user code). Raises
+/// ThreadError when the thread cannot be created.
+pub fn create_thread(body: ThreadBody, unmasked: bool) -> Result<VALUE, Error> {
+    let entry = if unmasked {
+        unmasked_thread_entry
+    } else {
+        thread_entry
+    };
+    // SAFETY: both entries match the expected signature and the argument
+    // is a plain function pointer with no captured state; may raise
+    // ThreadError, caught by protect.
+    protect(|| unsafe { rb_sys::rb_thread_create(Some(entry), body as *mut c_void) })
+}
+
+/// The tag number of a non-local exit (`Error::Jump`).
+pub fn tag_number(tag: &magnus::error::Tag) -> i32 {
+    use magnus::error::Tag;
+    match tag {
+        Tag::Return => 1,
+        Tag::Break => 2,
+        Tag::Next => 3,
+        Tag::Retry => 4,
+        Tag::Redo => 5,
+        Tag::Raise => 6,
+        Tag::Throw => 7,
+        Tag::Fatal => 8,
+    }
+}
+
+pub fn current_thread() -> VALUE {
+    // SAFETY: a plain query, GVL held.
+    unsafe { rb_sys::rb_thread_current() }
+}
+
+pub fn main_thread() -> VALUE {
+    // SAFETY: a plain query, GVL held.
+    unsafe { rb_sys::rb_thread_main() }
+}
+
+/// The block passed to the current method as a Proc, if any.
+pub fn block_proc() -> Option<VALUE> {
+    // SAFETY: called from a method body with the GVL held; rb_block_proc
+    // only allocates.
+    unsafe { (rb_sys::rb_block_given_p() != 0).then(|| rb_sys::rb_block_proc()) }
+}
+
+/// Whether the current method was called with keywords (`**kw`).
+pub fn keyword_given() -> bool {
+    // SAFETY: a plain query of the current frame.
+    unsafe { rb_sys::rb_keyword_given_p() != 0 }
+}
+
+/// `proc.call(*args)` (with `**` of the last element when `kw_splat`),
+/// as Thread.new invokes its block.
+pub fn call_proc(proc: VALUE, args: VALUE, kw_splat: bool) -> Result<VALUE, Error> {
+    // SAFETY: `args` is an Array we built; the call may raise or throw,
+    // caught by protect.
+    protect(|| unsafe { rb_sys::rb_proc_call_kw(proc, args, kw_splat as _) })
+}
+
+/// What Ruby does when a thread's block returns: a fiber scheduler set by
+/// the block is closed (`rb_fiber_scheduler_set(Qnil)`, which runs it).
+pub fn close_fiber_scheduler() -> Result<(), Error> {
+    // SAFETY: may run the scheduler's Ruby code and raise; caught by
+    // protect.
+    protect(|| unsafe {
+        if rb_sys::rb_fiber_scheduler_get() != QNIL {
+            rb_sys::rb_fiber_scheduler_set(QNIL);
+        }
+        QNIL
+    })?;
+    Ok(())
+}
+
+/// `recv.name(*args)`, protected.
+pub fn funcall(recv: VALUE, name: &std::ffi::CStr, args: &[VALUE]) -> Result<VALUE, Error> {
+    // SAFETY: a method call that may raise; caught by protect. `args`
+    // outlives the call.
+    protect(|| unsafe {
+        let id = rb_sys::rb_intern(name.as_ptr());
+        rb_sys::rb_funcallv(recv, id, args.len() as _, args.as_ptr())
+    })
+}
+
+/// The value of a global variable such as `$DEBUG` (`rb_gv_get`; reading
+/// a plain global runs no Ruby code).
+pub fn global_variable(name: &std::ffi::CStr) -> VALUE {
+    // SAFETY: a plain read, GVL held; `name` is NUL-terminated.
+    unsafe { rb_sys::rb_gv_get(name.as_ptr()) }
+}
+
+/// Empties a thread's `thread_variable_set` storage (the hash Ruby keeps in
+/// the thread's hidden `locals` ivar), if it has any.
+pub fn clear_thread_variables(thread: VALUE) {
+    // SAFETY: reading an ivar of a live thread; rb_ivar_get returns nil for
+    // an unset one. rb_hash_clear on an unfrozen Hash does not raise, and
+    // a frozen one is left alone.
+    unsafe {
+        let locals = rb_sys::rb_ivar_get(thread, rb_sys::rb_intern(c"locals".as_ptr()));
+        if !special_const(locals)
+            && rb_sys::RB_BUILTIN_TYPE(locals) == ruby_value_type::RUBY_T_HASH
+            && rb_sys::rb_obj_frozen_p(locals) == rb_sys::special_consts::Qfalse as VALUE
+            && rb_sys::RHASH_SIZE(locals) > 0
+        {
+            rb_sys::rb_hash_clear(locals);
+        }
+    }
+}
+
+/// Keeps `v` (and what its mark function marks) alive for the life of the
+/// process.
+pub fn register_mark_object(v: VALUE) {
+    // SAFETY: `v` is a live object created at load time.
+    unsafe { rb_sys::rb_gc_register_mark_object(v) }
+}
+
+/// `rb_thread_wakeup_alive`: makes a sleeping thread runnable; false if
+/// the thread is dead.
+pub fn wakeup_thread(thread: VALUE) -> bool {
+    // SAFETY: does not raise; returns nil for a dead thread.
+    unsafe { rb_sys::rb_thread_wakeup_alive(thread) != QNIL }
+}
+
+/// `rb_make_exception`: what Kernel#raise / Thread#raise build from their
+/// arguments, with the same errors.
+pub fn make_exception(args: &[VALUE]) -> Result<VALUE, Error> {
+    // SAFETY: may raise (TypeError, ArgumentError); caught by protect.
+    // `args` outlives the call.
+    protect(|| unsafe { rb_sys::rb_make_exception(args.len() as _, args.as_ptr()) })
+}
+
+/// A C block for [`handle_interrupt`]: `rb_block_call_func`.
+pub(super) type BlockFn =
+    unsafe extern "C" fn(VALUE, VALUE, std::os::raw::c_int, *const VALUE, VALUE) -> VALUE;
+
+/// `Thread.handle_interrupt(Object => mask) { block(data) }`, protected:
+/// leaving it runs the interrupts it deferred, which may raise or jump.
+pub(super) fn handle_interrupt(mask: &CStr, block: BlockFn, data: VALUE) -> Result<VALUE, Error> {
+    // SAFETY: builds `{Object => :mask}` and calls Thread.handle_interrupt
+    // with a C block; the caller keeps whatever `data` points to alive for
+    // the call. Everything may raise or jump: caught by protect.
+    protect(|| unsafe {
+        let h = rb_sys::rb_hash_new();
+        let sym = rb_sys::rb_id2sym(rb_sys::rb_intern(mask.as_ptr()));
+        rb_sys::rb_hash_aset(h, rb_sys::rb_cObject, sym);
+        rb_sys::rb_block_call(
+            rb_sys::rb_cThread,
+            rb_sys::rb_intern(c"handle_interrupt".as_ptr()),
+            1,
+            &h,
+            Some(block),
+            data,
+        )
+    })
+}

@@ -1,0 +1,263 @@
+//! Values, typed data, the GVL-guarded cell, the GC and fork generation.
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use magnus::rb_sys::{protect, AsRawValue, FromRawValue};
+use magnus::{Error, TypedData, Value};
+use rb_sys::{ruby_value_type, VALUE};
+
+// ---------------------------------------------------------------------------
+// GvlCell
+// ---------------------------------------------------------------------------
+
+/// A cell whose contents are only accessed by the thread holding the GVL.
+///
+/// Ruby runs at most one thread of a ractor at a time, and every method of
+/// our classes (and the GC's mark/compact callbacks) run with the GVL held,
+/// so accesses are serialised by the GVL itself and need no lock.
+pub struct GvlCell<T>(UnsafeCell<T>);
+
+// SAFETY: all access goes through `with`, whose callers hold the GVL (they
+// are Ruby methods or GC callbacks), so there is never concurrent access.
+// Our classes are not Ractor-shareable, so one GVL covers every access.
+unsafe impl<T> Sync for GvlCell<T> {}
+unsafe impl<T> Send for GvlCell<T> {}
+
+impl<T: Default> Default for GvlCell<T> {
+    fn default() -> Self {
+        GvlCell(UnsafeCell::new(T::default()))
+    }
+}
+
+impl<T> GvlCell<T> {
+    pub const fn new(v: T) -> Self {
+        GvlCell(UnsafeCell::new(v))
+    }
+
+    /// Runs `f` with exclusive access to the contents.
+    ///
+    /// The caller must hold the GVL, and `f` must not call back into Ruby
+    /// (no allocation, no method calls): Ruby could otherwise run the GC
+    /// (which reads the cell from `mark`) or switch threads in the middle.
+    #[inline(always)]
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        // SAFETY: see the type-level comment; `f` cannot re-enter Ruby, so
+        // no other reference to the contents exists while it runs.
+        unsafe { f(&mut *self.0.get()) }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Values
+// ---------------------------------------------------------------------------
+
+#[inline(always)]
+pub fn raw(v: Value) -> VALUE {
+    v.as_raw()
+}
+
+#[inline(always)]
+pub fn value(v: VALUE) -> Value {
+    // SAFETY: callers only pass VALUEs that Ruby handed us and that are kept
+    // alive (marked, on the stack, or held by Ruby).
+    unsafe { Value::from_raw(v) }
+}
+
+#[inline(always)]
+pub fn special_const(v: VALUE) -> bool {
+    rb_sys::SPECIAL_CONST_P(v)
+}
+
+pub const QNIL: VALUE = rb_sys::special_consts::Qnil as VALUE;
+
+/// Returns the Rust struct wrapped by `v` when `v` is an RTypedData object of
+/// type `T`, without magnus' `rb_protect`-wrapped `rb_check_typeddata`.
+///
+/// The check is the same as Ruby's `rb_typeddata_is_kind_of` for types
+/// without a parent: not a special constant, T_DATA, typed, and the type
+/// pointer is `T`'s static `rb_data_type_t`.
+#[inline(always)]
+pub fn typed_ref<T: TypedData>(v: &Value) -> Option<&T> {
+    let obj = v.as_raw();
+    if special_const(obj) {
+        return None;
+    }
+    // SAFETY: `obj` is a heap object (not a special constant) that Ruby
+    // passed to us, so its RBasic header can be read; RTYPEDDATA_TYPE and
+    // the data pointer are only read after T_DATA and the typed flag have
+    // been checked. magnus stores a `Box<T>` as the data pointer, and the
+    // object (the method receiver) outlives the borrow.
+    unsafe {
+        if rb_sys::RB_BUILTIN_TYPE(obj) != ruby_value_type::RUBY_T_DATA
+            || !rb_sys::RTYPEDDATA_P(obj)
+        {
+            return None;
+        }
+        let ty = rb_sys::RTYPEDDATA_TYPE(obj);
+        if ty != (T::data_type() as *const magnus::DataType).cast() {
+            return None;
+        }
+        let data = rb_sys::RTYPEDDATA_GET_DATA(obj) as *const T;
+        data.as_ref()
+    }
+}
+
+/// [`typed_ref`] for a VALUE held elsewhere (a task in the thread cache's
+/// queue). The caller keeps `obj` alive (marked or on the stack) while it
+/// uses the reference.
+#[inline(always)]
+pub fn typed_ref_raw<'a, T: TypedData>(obj: VALUE) -> Option<&'a T> {
+    let v = value(obj);
+    // SAFETY: the object outlives `'a` by the caller's contract; typed_ref
+    // only ties the borrow to the local `v`.
+    typed_ref::<T>(&v).map(|r| unsafe { &*(r as *const T) })
+}
+
+/// The write barrier for storing `child` into the object `parent`.
+#[inline(always)]
+pub fn write_barrier(parent: VALUE, child: VALUE) {
+    if !special_const(child) {
+        // SAFETY: both are live VALUEs and we hold the GVL.
+        unsafe { rb_sys::rb_gc_writebarrier(parent, child) }
+    }
+}
+
+/// Marks `v` for the GC, allowing compaction to move it.
+#[inline(always)]
+pub fn mark_movable(v: VALUE) {
+    // SAFETY: called from a dmark callback with a VALUE we hold.
+    unsafe { rb_sys::rb_gc_mark_movable(v) }
+}
+
+/// The new address of `v` after compaction.
+#[inline(always)]
+pub fn gc_location(v: VALUE) -> VALUE {
+    // SAFETY: called from a dcompact callback with a VALUE we marked.
+    unsafe { rb_sys::rb_gc_location(v) }
+}
+
+/// `rb_convert_type(v, T_ARRAY, "Array", "to_a")`, exactly what stock's
+/// `rb_to_array` does in `Queue#initialize`, so errors match.
+pub fn to_array(v: Value) -> Result<Value, Error> {
+    let obj = v.as_raw();
+    // SAFETY: rb_convert_type may raise; `protect` catches the longjmp.
+    let r = protect(|| unsafe {
+        rb_sys::rb_convert_type(
+            obj,
+            ruby_value_type::RUBY_T_ARRAY as _,
+            c"Array".as_ptr(),
+            c"to_a".as_ptr(),
+        )
+    })?;
+    Ok(value(r))
+}
+
+/// Copies the elements of a Ruby Array into `out`.
+pub fn array_values(ary: Value, out: &mut Vec<VALUE>) {
+    let a = ary.as_raw();
+    // SAFETY: `ary` is a T_ARRAY (checked by rb_convert_type); we read its
+    // elements with rb_ary_entry, which neither allocates nor raises.
+    unsafe {
+        let len = rb_sys::RARRAY_LEN(a);
+        out.reserve(len as usize);
+        for i in 0..len {
+            out.push(rb_sys::rb_ary_entry(a, i));
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Fork generation
+// ---------------------------------------------------------------------------
+
+static FORK_GEN: AtomicU64 = AtomicU64::new(0);
+
+extern "C" fn after_fork_child() {
+    FORK_GEN.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers the child-side `pthread_atfork` handler that bumps the fork
+/// generation. Ruby's `fork` goes through fork(2), so the handler runs in
+/// every child.
+pub fn install_fork_hook() {
+    // SAFETY: registering a plain function with no captured state.
+    unsafe {
+        libc::pthread_atfork(None, None, Some(after_fork_child));
+    }
+}
+
+#[inline(always)]
+pub fn fork_generation() -> u64 {
+    FORK_GEN.load(Ordering::Relaxed)
+}
+
+/// `rb_num2dbl`, with Ruby's own TypeError for non-numeric values.
+pub fn num2dbl(v: VALUE) -> Result<f64, Error> {
+    let mut out = 0.0f64;
+    let out_ptr = &mut out as *mut f64;
+    // SAFETY: rb_num2dbl may raise; protect catches it. `out` outlives the
+    // closure.
+    protect(|| unsafe {
+        *out_ptr = rb_sys::rb_num2dbl(v);
+        QNIL
+    })?;
+    Ok(out)
+}
+
+/// `rb_undef_method(klass, name)` (stock undefines `initialize_copy`).
+pub fn undef_method(class: Value, name: &std::ffi::CStr) {
+    // SAFETY: called at load time on a class we just defined.
+    unsafe { rb_sys::rb_undef_method(class.as_raw(), name.as_ptr()) }
+}
+
+// ---------------------------------------------------------------------------
+// Hot-path method entry points
+// ---------------------------------------------------------------------------
+
+/// A method body as `rb_define_method` sees it with arity 1.
+pub type RawMethod1 = unsafe extern "C" fn(Value, Value) -> Value;
+/// A method body with arity -1 (`argc, argv, self`).
+pub type RawMethodV = unsafe extern "C" fn(std::os::raw::c_int, *const Value, Value) -> Value;
+
+/// Calls a `magnus::method!`-generated wrapper. Those wrappers catch
+/// panics and raise errors themselves, so calling them is as safe as Ruby
+/// calling them; hot paths use this to fall back to the full method.
+#[inline(always)]
+pub fn call_method1(f: RawMethod1, rb_self: Value, a: Value) -> Value {
+    // SAFETY: `f` is a magnus wrapper expecting exactly these arguments,
+    // called on a Ruby thread with the GVL held, as Ruby would call it.
+    unsafe { f(rb_self, a) }
+}
+
+/// As [`call_method1`] for arity -1 wrappers.
+#[inline(always)]
+pub fn call_method_v(
+    f: RawMethodV,
+    argc: std::os::raw::c_int,
+    argv: *const Value,
+    rb_self: Value,
+) -> Value {
+    // SAFETY: as for call_method1; `argc`/`argv` are Ruby's own.
+    unsafe { f(argc, argv, rb_self) }
+}
+
+/// `NUM2LONG`, with Ruby's own TypeError / RangeError.
+pub fn num2long(v: VALUE) -> Result<i64, Error> {
+    let mut out = 0i64;
+    let out_ptr = &mut out as *mut i64;
+    // SAFETY: rb_num2long may raise; protect catches it. `out` outlives the
+    // closure.
+    protect(|| unsafe {
+        *out_ptr = rb_sys::rb_num2long(v) as i64;
+        QNIL
+    })?;
+    Ok(out)
+}
+
+/// Argument `i` of an arity -1 call, if there is one.
+#[inline(always)]
+pub fn arg(argc: std::os::raw::c_int, argv: *const Value, i: usize) -> Option<Value> {
+    // SAFETY: Ruby passes `argc` valid VALUEs at `argv`; `i` is checked.
+    (i < argc as usize).then(|| unsafe { *argv.add(i) })
+}

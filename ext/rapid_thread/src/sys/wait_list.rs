@@ -1,0 +1,277 @@
+//! Waiters and wait lists: intrusive, on the waiting thread's stack.
+
+use std::cell::Cell;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use magnus::rb_sys::protect;
+use magnus::Error;
+use rb_sys::VALUE;
+
+use super::*;
+
+// ---------------------------------------------------------------------------
+// Waiters and wait lists
+// ---------------------------------------------------------------------------
+
+/// One blocked thread (or fiber). It lives on the blocked thread's stack,
+/// which Ruby's GC scans conservatively, so the VALUEs in it stay alive and
+/// pinned without marking, exactly as `struct sync_waiter` in thread_sync.c.
+pub struct Waiter {
+    prev: Cell<*const Waiter>,
+    next: Cell<*const Waiter>,
+    linked: Cell<bool>,
+    /// Set (under the GVL) by the waker; read without the GVL by the spinner.
+    signaled: AtomicBool,
+    /// Set by the unblock function (Thread#raise, kill, signals, ...).
+    pub(super) interrupted: AtomicBool,
+    /// `GVL_RELEASES` at wake time; the spinner waits for it to move.
+    pub(super) wake_epoch: AtomicU64,
+    /// True once the waiter may be in a Ruby sleep and needs a real wake-up.
+    sleeping: Cell<bool>,
+    /// When the list last woke anyone, as seen when this waiter entered.
+    list_last_wake: Cell<Option<Instant>>,
+    thread: VALUE,
+    fiber: VALUE,
+    /// The fiber scheduler to unblock through, or nil.
+    pub(super) scheduler: VALUE,
+    /// What the waiter blocks on (the queue, or the condvar's mutex), passed
+    /// to the scheduler's block/unblock hooks.
+    pub(super) blocker: VALUE,
+}
+
+impl Waiter {
+    /// A waiter for the current thread and fiber, blocked on `blocker`.
+    pub fn current(blocker: VALUE) -> Waiter {
+        // SAFETY: plain queries of the current thread, GVL held.
+        let (thread, scheduler) = unsafe {
+            (
+                rb_sys::rb_thread_current(),
+                rb_sys::rb_fiber_scheduler_current(),
+            )
+        };
+        let fiber = if scheduler == QNIL {
+            QNIL
+        } else {
+            // SAFETY: as above.
+            unsafe { rb_sys::rb_fiber_current() }
+        };
+        Waiter {
+            prev: Cell::new(ptr::null()),
+            next: Cell::new(ptr::null()),
+            linked: Cell::new(false),
+            signaled: AtomicBool::new(false),
+            interrupted: AtomicBool::new(false),
+            wake_epoch: AtomicU64::new(0),
+            sleeping: Cell::new(false),
+            list_last_wake: Cell::new(None),
+            thread,
+            fiber,
+            scheduler,
+            blocker,
+        }
+    }
+
+    #[inline]
+    pub fn signaled(&self) -> bool {
+        self.signaled.load(Ordering::Acquire)
+    }
+
+    /// Whether the waiter blocks through a fiber scheduler.
+    pub fn has_scheduler(&self) -> bool {
+        self.scheduler != QNIL
+    }
+
+    /// When the list this waiter is on last woke a waiter (at entry).
+    pub fn list_last_wake(&self) -> Option<Instant> {
+        self.list_last_wake.get()
+    }
+
+    pub fn set_sleeping(&self) {
+        self.sleeping.set(true);
+    }
+
+    /// Marks the waiter woken and says how to complete the wake-up.
+    /// Called by the waker, GVL held, right after unlinking it.
+    pub fn signal(&self) -> WakeTarget {
+        self.wake_epoch
+            .store(GVL_RELEASES.load(Ordering::Acquire), Ordering::Relaxed);
+        self.signaled.store(true, Ordering::Release);
+        WakeTarget {
+            thread: self.thread,
+            fiber: self.fiber,
+            scheduler: self.scheduler,
+            blocker: self.blocker,
+            sleeping: self.sleeping.get(),
+        }
+    }
+}
+
+/// Who to wake and how, copied out of a waiter while the GVL is held:
+/// once woken, the waiter may leave and its stack frame is gone.
+#[derive(Clone, Copy)]
+pub struct WakeTarget {
+    thread: VALUE,
+    fiber: VALUE,
+    scheduler: VALUE,
+    blocker: VALUE,
+    sleeping: bool,
+}
+
+impl WakeTarget {
+    /// Completes a wake-up. `false` means the thread is dead and the
+    /// wake-up should go to the next waiter.
+    pub fn wake(self) -> Result<bool, Error> {
+        if self.scheduler != QNIL {
+            // SAFETY: may call Ruby code and raise; caught by protect.
+            protect(|| unsafe {
+                rb_sys::rb_fiber_scheduler_unblock(self.scheduler, self.blocker, self.fiber)
+            })?;
+            Ok(true)
+        } else if self.sleeping {
+            // SAFETY: rb_thread_wakeup_alive does not raise; it returns nil
+            // for a dead thread.
+            Ok(unsafe { rb_sys::rb_thread_wakeup_alive(self.thread) } != QNIL)
+        } else {
+            // Spinning without the GVL: the signal flag is all it needs.
+            Ok(true)
+        }
+    }
+}
+
+/// A FIFO of waiters with O(1) push, pop and removal from the middle.
+pub struct WaitList {
+    head: *const Waiter,
+    tail: *const Waiter,
+    /// Waiters registered and not yet returned (stock's `num_waiting`): a
+    /// woken waiter stays counted until it has left its wait.
+    waiting: usize,
+    /// When `pop_front` last handed out a waiter (a wake-up).
+    last_wake: Option<Instant>,
+}
+
+impl Default for WaitList {
+    fn default() -> Self {
+        WaitList::new()
+    }
+}
+
+impl WaitList {
+    pub const fn new() -> WaitList {
+        WaitList {
+            head: ptr::null(),
+            tail: ptr::null(),
+            waiting: 0,
+            last_wake: None,
+        }
+    }
+
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.head.is_null()
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiting
+    }
+
+    /// Seeds when the list last woke someone, for a new list that stands
+    /// in for an older one (each Task has its own joiner list, but joins
+    /// of tasks follow each other as pops of a queue do).
+    pub fn set_last_wake(&mut self, t: Option<Instant>) {
+        self.last_wake = t;
+    }
+
+    /// Appends `w`.
+    ///
+    /// # Safety
+    /// `w` must stay at its address until `leave` has been called for it.
+    unsafe fn enter(&mut self, w: &Waiter) {
+        debug_assert!(!w.linked.get());
+        w.prev.set(self.tail);
+        w.next.set(ptr::null());
+        if let Some(t) = self.tail.as_ref() {
+            t.next.set(w);
+        } else {
+            self.head = w;
+        }
+        self.tail = w;
+        w.linked.set(true);
+        w.list_last_wake.set(self.last_wake);
+        self.waiting += 1;
+    }
+
+    fn unlink(&mut self, w: &Waiter) {
+        let (p, n) = (w.prev.get(), w.next.get());
+        // SAFETY: linked waiters are alive (contract of `enter`).
+        unsafe {
+            match p.as_ref() {
+                Some(p) => p.next.set(n),
+                None => self.head = n,
+            }
+            match n.as_ref() {
+                Some(n) => n.prev.set(p),
+                None => self.tail = p,
+            }
+        }
+        w.prev.set(ptr::null());
+        w.next.set(ptr::null());
+        w.linked.set(false);
+    }
+
+    /// Removes and returns the longest waiter. It stays alive until the
+    /// GVL is released: its owner can only leave after re-taking it.
+    pub fn pop_front(&mut self) -> Option<&Waiter> {
+        // SAFETY: see `unlink`.
+        let w = unsafe { self.head.as_ref()? };
+        self.unlink(w);
+        self.last_wake = Some(Instant::now());
+        // SAFETY: as above; the lifetime is tied to `&mut self`, i.e. to a
+        // region during which the GVL is held.
+        Some(unsafe { &*(w as *const Waiter) })
+    }
+
+    /// Deregisters `w`: unlinks it if still linked (O(1)) and drops it
+    /// from the waiting count. Called on every exit path of a wait.
+    fn leave(&mut self, w: &Waiter) {
+        if w.linked.get() {
+            self.unlink(w);
+        }
+        self.waiting = self.waiting.saturating_sub(1);
+    }
+
+    /// Forgets every waiter (used in a forked child, whose parent threads
+    /// and their stacks no longer exist).
+    pub fn forget_all(&mut self) {
+        *self = WaitList::default();
+    }
+}
+
+/// Runs `body` with `w` enlisted on the list chosen by `list`, and takes it
+/// off again (and out of the waiting count) on every path out, including a
+/// panic: the only way a waiter enters a list, so a list never points at a
+/// dead stack frame.
+pub fn while_enlisted<S, R>(
+    cell: &GvlCell<S>,
+    list: fn(&mut S) -> &mut WaitList,
+    w: &Waiter,
+    body: impl FnOnce() -> R,
+) -> R {
+    struct Leave<'a, S> {
+        cell: &'a GvlCell<S>,
+        list: fn(&mut S) -> &mut WaitList,
+        w: &'a Waiter,
+    }
+    impl<S> Drop for Leave<'_, S> {
+        fn drop(&mut self) {
+            self.cell.with(|s| (self.list)(s).leave(self.w));
+        }
+    }
+    // SAFETY (contract of `enter`): `w` is borrowed for this whole call and
+    // the guard, which this function owns and nobody can forget, calls
+    // `leave` before it returns or unwinds.
+    cell.with(|s| unsafe { list(s).enter(w) });
+    let _leave = Leave { cell, list, w };
+    body()
+}
