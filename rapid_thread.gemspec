@@ -13,7 +13,9 @@ Gem::Specification.new do |spec|
     hand-off path that avoids most of the cross-CPU wake-up latency.
   DESC
   spec.license = "MIT"
-  spec.required_ruby_version = ">= 3.1"
+  # Tested on Ruby 3.1.2 (Debian 12) and 3.3.8 (also with M:N threads);
+  # 3.2 is expected to work but is not tested (README).
+  spec.required_ruby_version = [">= 3.1", "< 3.4"]
 
   spec.files = Dir[
     "lib/**/*.rb", "ext/rapid_thread/{Cargo.toml,extconf.rb}", "ext/rapid_thread/src/**/*.rs",

@@ -51,6 +51,17 @@ OptionParser.new do |o|
   o.on("--idle LIST") { |v| opts[:idle] = v == "none" ? [] : v.split(",").map { |x| Integer(x) } }
 end.parse!
 
+# The peer is Debian's ruby-concurrent, packaged for Debian's Ruby (3.1)
+# only: under another Ruby (3.3 from bin/setup-ruby) the peer columns are
+# left out rather than shown as failed runs.
+if opts[:peer]
+  _out, _err, st = Open3.capture3(RbConfig.ruby, "-e", "require 'concurrent'")
+  unless st.success?
+    warn "run.rb: concurrent-ruby is not installed for #{RbConfig.ruby}; no peer columns"
+    opts[:peer] = false
+  end
+end
+
 # What each benchmark swaps in gem mode (the rest is stock's code as is).
 NOTES = {
   "vm_thread_alive_check" => "spawn (+ alive? hands the GVL to the woken worker)",
