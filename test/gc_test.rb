@@ -18,7 +18,7 @@ class GcTest < RapidThreadTest
     skip "GC.compact unsupported" unless GC.respond_to?(:verify_compaction_references)
     q = Q.new(Array.new(500) { |i| "initial-#{i}" })
     500.times { |i| q << { i => "pushed-#{i}" } }
-    GC.verify_compaction_references(double_heap: true, toward: :empty)
+    GC.verify_compaction_references(**COMPACT_EVERYTHING)
     GC.compact
     assert_equal Array.new(500) { |i| "initial-#{i}" }, Array.new(500) { q.pop }
     assert_equal Array.new(500) { |i| { i => "pushed-#{i}" } }, Array.new(500) { q.pop }

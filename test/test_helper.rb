@@ -53,6 +53,10 @@ rescue Errno::ESRCH
   nil
 end
 
+# GC.verify_compaction_references' "move everything" options: Ruby 3.2
+# renamed double_heap to expand_heap (3.3 warns about the old name).
+COMPACT_EVERYTHING = (RUBY_VERSION >= "3.2" ? { expand_heap: true } : { double_heap: true }).merge(toward: :empty).freeze
+
 module RapidThreadTestHelpers
   # Waits (without sleeping for a fixed time) until the block is true.
   def wait_until(limit = TEST_TIMEOUT / 2, message = "condition")

@@ -523,7 +523,7 @@ class ThreadCacheTest < RapidThreadTest
     tasks = Array.new(200) { |i| RapidThread.spawn("arg-#{i}" * 2) { |s| s + "-done" } }
     GC.start(full_mark: true, immediate_sweep: true)
     if GC.respond_to?(:verify_compaction_references)
-      GC.verify_compaction_references(double_heap: true, toward: :empty)
+      GC.verify_compaction_references(**COMPACT_EVERYTHING)
     end
     gate << 1
     assert_equal Array.new(200) { |i| "arg-#{i}" * 2 + "-done" }, tasks.map(&:value)

@@ -17,7 +17,7 @@ raise "lost items" unless got.size == 300
 
 1000.times { |i| q << i.to_s }
 GC.start
-GC.verify_compaction_references(double_heap: true, toward: :empty) if GC.respond_to?(:verify_compaction_references)
+GC.verify_compaction_references(**(RUBY_VERSION >= "3.2" ? { expand_heap: true } : { double_heap: true }), toward: :empty) if GC.respond_to?(:verify_compaction_references)
 1000.times { q.pop }
 raise "timeout" unless q.pop(timeout: 0.01).nil?
 
