@@ -13,13 +13,24 @@ Gem::Specification.new do |spec|
     hand-off path that avoids most of the cross-CPU wake-up latency.
   DESC
   spec.license = "MIT"
+  spec.homepage = "https://github.com/rapid-thread/rapid_thread"
+  spec.metadata = {
+    "homepage_uri" => spec.homepage,
+    "source_code_uri" => spec.homepage,
+    "changelog_uri" => "#{spec.homepage}/blob/main/CHANGELOG.md",
+    "rubygems_mfa_required" => "true"
+  }
   # Tested on Ruby 3.1.2 (Debian 12) and 3.3.8 (also with M:N threads);
   # 3.2 is expected to work but is not tested (README).
   spec.required_ruby_version = [">= 3.1", "< 3.4"]
 
+  # The source gem: Rust sources, compiled on install (extensions below).
+  # `rake native gem` derives the precompiled x86_64-linux gem from this
+  # spec (rakelib/package.rake): the same files plus lib/rapid_thread/<3.x>/
+  # rapid_thread.so for each Ruby, and no extensions.
   spec.files = Dir[
     "lib/**/*.rb", "ext/rapid_thread/{Cargo.toml,extconf.rb}", "ext/rapid_thread/src/**/*.rs",
-    "Cargo.toml", "Cargo.lock", "README.md", "docs/*.md"
+    "Cargo.toml", "Cargo.lock", "sig/**/*.rbs", "README.md", "CHANGELOG.md", "LICENSE", "docs/*.md"
   ]
   spec.require_paths = ["lib"]
   spec.extensions = ["ext/rapid_thread/extconf.rb"]

@@ -26,7 +26,7 @@ class BadInputTest < RapidThreadTest
     t = Thread.new do
       Thread.current.report_on_exception = false
       GC.stress = GC_STRESS if GC_STRESS && stress
-      r = yield
+      r = ill_typed { yield }
       result = [:ok, r.equal?(recv) ? :self : normalize_message(r.class.to_s)]
     rescue Exception => e # rubocop:disable Lint/RescueException
       result = [:raised, e.class, normalize_message(message_of(e))]

@@ -146,8 +146,8 @@ class DifferentialTest < RapidThreadTest
 
   private
 
-  def outcome
-    r = yield
+  def outcome(&block)
+    r = ill_typed(&block)
     r.is_a?(StockQueue) || r.is_a?(GemQueue) ? :queue : r
   rescue Exception => e # rubocop:disable Lint/RescueException
     [e.class, normalize_message(message_of(e))]

@@ -17,9 +17,13 @@ class QueueTest < RapidThreadTest
     assert_equal 3, q.length
     assert_equal [1, 2, 3], [q.pop, q.shift, q.deq]
     assert_empty q
-    %i[enq <<].each { |m| assert_equal :push, Q.instance_method(m).original_name }
-    %i[deq shift].each { |m| assert_equal :pop, Q.instance_method(m).original_name }
-    assert_equal :length, Q.instance_method(:size).original_name
+    # Aliases, as stock's (rbs's runtime checker replaces each method, alias
+    # included, by a wrapper of its own name).
+    unless RBS_MODE
+      %i[enq <<].each { |m| assert_equal :push, Q.instance_method(m).original_name }
+      %i[deq shift].each { |m| assert_equal :pop, Q.instance_method(m).original_name }
+      assert_equal :length, Q.instance_method(:size).original_name
+    end
   end
 
   def test_fifo_order_and_clear
@@ -37,7 +41,7 @@ class QueueTest < RapidThreadTest
     assert_equal [], drain(Q.new(nil))
     assert_equal error_of { StockQueue.new(1) }, error_of { Q.new(1) }
     assert_equal TypeError, error_of { Q.new(1) }.first
-    e = assert_raises(ArgumentError) { Q.new([], []) }
+    e = assert_raises(ArgumentError) { ill_typed { Q.new([], []) } }
     assert_equal "wrong number of arguments (given 2, expected 0..1)", e.message
   end
 
@@ -85,11 +89,11 @@ class QueueTest < RapidThreadTest
   def test_pop_timeout_argument_errors
     e = assert_raises(ArgumentError) { Q.new.pop(true, timeout: 1) }
     assert_equal "can't set a timeout if non_block is enabled", e.message
-    e = assert_raises(TypeError) { Q.new.pop(timeout: "1") }
+    e = assert_raises(TypeError) { ill_typed { Q.new.pop(timeout: "1") } }
     assert_equal "no implicit conversion to float from string", e.message
-    e = assert_raises(ArgumentError) { Q.new.pop(bogus: 1) }
+    e = assert_raises(ArgumentError) { ill_typed { Q.new.pop(bogus: 1) } }
     assert_equal "unknown keyword: :bogus", e.message
-    e = assert_raises(ArgumentError) { Q.new.pop(true, false) }
+    e = assert_raises(ArgumentError) { ill_typed { Q.new.pop(true, false) } }
     assert_equal "wrong number of arguments (given 2, expected 0..1)", e.message
     assert_nil Q.new.pop(false, timeout: 0)
     assert_equal 1, Q.new([1]).pop(true, timeout: nil)

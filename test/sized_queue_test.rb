@@ -39,7 +39,7 @@ class SizedQueueTest < RapidThreadTest
     assert_equal "queue full", e.message
     e = assert_raises(ArgumentError) { q.push(2, true, timeout: 1) }
     assert_equal "can't set a timeout if non_block is enabled", e.message
-    e = assert_raises(ArgumentError) { q.push }
+    e = assert_raises(ArgumentError) { ill_typed { q.push } }
     assert_equal "wrong number of arguments (given 0, expected 1..2)", e.message
   end
 

@@ -35,7 +35,7 @@ class ThreadCacheTest < RapidThreadTest
     assert_nil t.join(-1)
     q << 1
     assert_same t, t.join(10)
-    assert_raises(TypeError) { t.join("1") }
+    assert_raises(TypeError) { ill_typed { t.join("1") } }
   end
 
   def test_exception_is_kept_for_join_and_value
@@ -98,7 +98,7 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "second", t.name
     q << 1
     assert_equal "second", t.value
-    assert_raises(TypeError) { t.name = 1 }
+    assert_raises(TypeError) { ill_typed { t.name = 1 } }
     assert_raises(ArgumentError) { t.name = "a\0b" }
   end
 
