@@ -258,7 +258,12 @@ class QueueTest < RapidThreadTest
     # deadlock detector can fire while a signal is still in flight (it runs
     # when the sending thread exits), for stock's Queue as for ours. This
     # test is about delivery, so keep the detector out of it.
+    # trap DEFAULT: a child inherits an ignored SIGINT (say, the suite runs
+    # as a background job of a non-interactive shell, as `cmd &` in a
+    # script does), and Ruby keeps it ignored: Process.kill(:INT, $$) is
+    # then dropped, and stock's pop hangs the same way.
     out, err, status = run_ruby(<<~RUBY)
+      trap(:INT, "DEFAULT")
       q = RapidThread::Queue.new
       Thread.new { sleep 30 }
       Thread.new do

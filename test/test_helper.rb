@@ -161,8 +161,8 @@ module Open3
 
       stdin_data = opts.delete(:stdin_data) || ""
       popen3(*cmd, **opts) do |i, o, e, t|
-        out_reader = Thread.new { o.read }
-        err_reader = Thread.new { e.read }
+        out_reader = Thread.new { Thread.current.report_on_exception = false; o.read }
+        err_reader = Thread.new { Thread.current.report_on_exception = false; e.read }
         i.write(stdin_data)
         i.close
         unless t.join(timeout)
@@ -170,6 +170,15 @@ module Open3
           raise Timeout::Error, "child process exceeded #{timeout}s: #{cmd.inspect}"
         end
         [out_reader.value, err_reader.value, t.value]
+      ensure
+        # An exception from outside (the test's own Timeout, which can
+        # fire first) must not leave popen3's ensure joining a child that
+        # never ends: that hung a whole suite run once.
+        begin
+          Process.kill("KILL", t.pid) if t.alive?
+        rescue Errno::ESRCH
+          nil
+        end
       end
     end
   end
