@@ -320,6 +320,39 @@ class ThreadCacheTest < RapidThreadTest
     RapidThread.idle_timeout = 3
   end
 
+  # A burst of blocked blocks leaves many idle workers. New work goes to the
+  # most recently idle one (LIFO), so sequential spawn+value keeps using a
+  # few hot workers, and the rest reach idle_timeout and exit although work
+  # keeps arriving. (FIFO woke the longest-idle worker each time: a
+  # round-robin over all of them, none ever idle long enough to exit.)
+  def burst(n)
+    q = Thread::Queue.new
+    tasks = Array.new(n) { task { q.pop; Thread.current } }
+    wait_until { tasks.all? { |t| t.status == "sleep" } }
+    n.times { q << 1 }
+    tasks.map(&:value).uniq.tap { wait_until { RapidThread.cache_stats[:busy].zero? } }
+  end
+
+  def test_after_a_burst_work_goes_to_the_most_recently_idle_worker
+    workers = burst(16)
+    assert_equal 16, workers.size
+    used = Array.new(40) { RapidThread.spawn { Thread.current }.value }.uniq
+    assert_operator used.size, :<=, 4, "sequential work spread over #{used.size} workers"
+  end
+
+  def test_after_a_burst_the_cache_shrinks_under_steady_load
+    RapidThread.idle_timeout = 0.3
+    workers = burst(16)
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + RapidThread.idle_timeout + (GC_STRESS ? 30 : 1.5)
+    # Steady sequential load throughout; the cache must shrink meanwhile.
+    until workers.count(&:alive?) <= 4
+      RapidThread.spawn { 1 }.value
+      flunk "#{workers.count(&:alive?)} of the burst's workers still alive" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    end
+  ensure
+    RapidThread.idle_timeout = 3
+  end
+
   def test_max_idle_bounds_the_idle_threads
     RapidThread.max_idle = 2
     q = Thread::Queue.new

@@ -1,7 +1,11 @@
 //! `RapidThread.spawn` / `Thread.spawn`: Thread.new semantics served by a
 //! cache of reusable Ruby threads (docs/design-details.md, "Thread cache").
 //!
-//! * `spawn` queues a Task and wakes an idle worker if there is one.
+//! * `spawn` queues a Task and wakes an idle worker if there is one: the
+//!   most recently idle (LIFO), the one most likely still spinning and
+//!   cache-warm. The others get no work while it keeps up, so they reach
+//!   `idle_timeout` and exit even under steady load: after a burst the
+//!   cache shrinks back to what the load needs.
 //! * Workers are Ruby threads running [`worker_body`] natively (no Ruby
 //!   frame beneath the block, so backtraces are the block's own). A worker
 //!   that finishes a block takes the next pending one without sleeping;
@@ -209,11 +213,11 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     Ok(task.as_value())
 }
 
-/// Gets the pending tasks going: wakes an idle worker, or has the monitor
+/// Gets the pending tasks going: wakes the newest idle worker, or has the monitor
 /// start one when no worker can take them, and arms the monitor.
 fn dispatch() -> Result<(), Error> {
     if with(|p| !p.idle.is_empty()) {
-        return wait::wake_one(&POOL, idle);
+        return wait::wake_newest(&POOL, idle);
     }
     ensure_progress()?;
     // The monitor ticks while tasks are pending.
@@ -390,7 +394,7 @@ const MAX_BATCH: usize = 64;
 
 fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Result<(), Error> {
     if with(|p| !p.idle.is_empty() && p.has_pending()) {
-        return wait::wake_one(&POOL, idle);
+        return wait::wake_newest(&POOL, idle);
     }
     let (pending, started, starting) =
         with(|p| (p.has_pending(), p.started, p.starting + p.wanted));

@@ -143,10 +143,36 @@ pub fn wake_n<S>(
     list: fn(&mut S) -> &mut WaitList,
     n: usize,
 ) -> Result<usize, Error> {
+    wake_from(cell, list, n, End::Oldest)
+}
+
+/// Which waiter a wake-up goes to.
+#[derive(Clone, Copy)]
+enum End {
+    /// The longest waiter (queues, condition variables: FIFO, as stock).
+    Oldest,
+    /// The most recent one (the thread cache: the hot worker, LIFO).
+    Newest,
+}
+
+fn wake_from<S>(
+    cell: &GvlCell<S>,
+    list: fn(&mut S) -> &mut WaitList,
+    n: usize,
+    end: End,
+) -> Result<usize, Error> {
     let mut woken = 0;
     let mut first_err: Option<Error> = None;
     while woken < n {
-        let Some(target) = cell.with(|s| list(s).pop_front().map(Waiter::signal)) else {
+        let target = cell.with(|s| {
+            let l = list(s);
+            match end {
+                End::Oldest => l.pop_front(),
+                End::Newest => l.pop_back(),
+            }
+            .map(Waiter::signal)
+        });
+        let Some(target) = target else {
             break;
         };
         match target.wake() {
@@ -159,7 +185,7 @@ pub fn wake_n<S>(
                     let rest = n - woken;
                     return Err(sys::cleanup_during_jump(e, || {
                         // The jump outranks whatever else fails here.
-                        let _ = wake_n(cell, list, rest);
+                        let _ = wake_from(cell, list, rest, end);
                     }));
                 }
                 first_err.get_or_insert(e);
@@ -202,6 +228,11 @@ pub fn after_error(e: Error, next: impl FnOnce() -> Result<(), Error>) -> Error 
 /// Wakes the longest waiter on the list, if any.
 pub fn wake_one<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Result<(), Error> {
     wake_n(cell, list, 1).map(drop)
+}
+
+/// Wakes the waiter that enlisted last (see `End::Newest`).
+pub fn wake_newest<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Result<(), Error> {
+    wake_from(cell, list, 1, End::Newest).map(drop)
 }
 
 /// Wakes every waiter on the list.

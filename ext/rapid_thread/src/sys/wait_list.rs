@@ -140,7 +140,10 @@ impl WakeTarget {
     }
 }
 
-/// A FIFO of waiters with O(1) push, pop and removal from the middle.
+/// A list of waiters with O(1) push, pop at either end and removal from
+/// the middle. Queues and condition variables wake the longest waiter
+/// (`pop_front`, FIFO); the thread cache wakes the most recently idle
+/// worker (`pop_back`, LIFO).
 pub struct WaitList {
     head: *const Waiter,
     tail: *const Waiter,
@@ -229,6 +232,17 @@ impl WaitList {
         self.last_wake = Some(Instant::now());
         // SAFETY: as above; the lifetime is tied to `&mut self`, i.e. to a
         // region during which the GVL is held.
+        Some(unsafe { &*(w as *const Waiter) })
+    }
+
+    /// Removes and returns the newest waiter (the one that enlisted last);
+    /// otherwise as `pop_front`.
+    pub fn pop_back(&mut self) -> Option<&Waiter> {
+        // SAFETY: see `unlink`.
+        let w = unsafe { self.tail.as_ref()? };
+        self.unlink(w);
+        self.last_wake = Some(Instant::now());
+        // SAFETY: as in `pop_front`.
         Some(unsafe { &*(w as *const Waiter) })
     }
 
