@@ -5,7 +5,14 @@
 //! A task is Pending (queued, not started), Running (on a worker, whose
 //! Thread is `thread`) or done (Finished, Raised or Killed). Joiners wait on
 //! the task's own wait list with the shared two-phase wait of `wait.rs`.
+//!
+//! Dependencies run one way: the pool (thread_cache.rs) owns tasks and
+//! drives their phases through this module; a task knows nothing of the
+//! pool. The one thing a join needs from it (that a pending task will get
+//! a worker) comes through the hook the pool registers at load time,
+//! [`on_pending_join`].
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use magnus::gc::{Compactor, Marker};
@@ -18,8 +25,18 @@ use rb_sys::VALUE;
 
 use crate::errors;
 use crate::sys::{self, GvlCell, WaitList, QNIL};
-use crate::thread_cache;
 use crate::wait::{self, park};
+
+/// Called by a join that finds its task still pending: makes sure some
+/// worker will take it (set once by the pool).
+static PENDING_JOIN: OnceLock<fn() -> Result<(), Error>> = OnceLock::new();
+
+/// Registers what a join on a pending task calls (the pool's
+/// `ensure_progress`).
+pub fn on_pending_join(ensure_progress: fn() -> Result<(), Error>) {
+    // A second registration (never made) would keep the first.
+    let _ = PENDING_JOIN.set(ensure_progress);
+}
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Phase {
@@ -291,7 +308,11 @@ fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<boo
         let phase = task.phase();
         match phase {
             Phase::Finished | Phase::Raised | Phase::Killed => return Ok(true),
-            Phase::Pending => thread_cache::ensure_progress()?,
+            Phase::Pending => {
+                if let Some(ensure_progress) = PENDING_JOIN.get() {
+                    ensure_progress()?;
+                }
+            }
             Phase::Running => {}
         }
         if deadline.is_some_and(|d| d <= Instant::now()) || limit == Some(Duration::ZERO) {

@@ -234,7 +234,7 @@ fn dispatch() -> Result<(), Error> {
 /// Also restarts the monitor when workers are wanted but it is gone (it
 /// was killed, e.g. by a stray Thread#kill), so wanted workers are never
 /// left waiting for the next spawn.
-pub fn ensure_progress() -> Result<(), Error> {
+fn ensure_progress() -> Result<(), Error> {
     if !with(Pool::has_pending) {
         return Ok(());
     }
@@ -842,6 +842,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let roots = ruby.obj_wrap(Roots);
     module.funcall::<_, _, Value>("private_constant", (ruby.to_symbol("ThreadCacheRoots"),))?;
     sys::register_mark_object(sys::raw(roots.as_value()));
+    crate::task::on_pending_join(ensure_progress);
     module.define_singleton_method("spawn", function!(spawn, -1))?;
     let thread: RClass = ruby.class_thread();
     thread.define_singleton_method("spawn", function!(spawn, -1))?;
