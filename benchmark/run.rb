@@ -83,6 +83,7 @@ NOTES = {
   "vm_thread_sized_queue4" => "SizedQueue + spawn",
   "vm_thread_sleep" => "spawn only: sleeping blocks start gradually; the process exits first",
   "spawn_storm" => "seed scenario: 100k spawns, then join all",
+  "spawn_after_burst" => "scenario: 64 blocked blocks released, then 20k sequential spawn+value",
   "micro_push_pop" => "Queue, one thread",
   "handoff_pingpong" => "Queue + spawn, two threads"
 }.freeze
@@ -250,6 +251,11 @@ created = rows.select { |r| r[:name] == "spawn_storm" }.map do |r|
   "#{r[:mode]} #{n.max || '?'}"
 end
 puts "\nspawn_storm: most threads the gem's cache created in a run: #{created.join(', ')} (Thread.new: one per block)." unless created.empty?
+left = rows.select { |r| r[:name] == "spawn_after_burst" }.map do |r|
+  n = r[:raw].fetch("gem") { r[:raw].fetch(:gem, []) }.filter_map { |x| x[:stdout].to_s[/threads_after_idle=(\d+)/, 1]&.to_i }
+  "#{r[:mode]} #{n.max || '?'}"
+end
+puts "\nspawn_after_burst: most cached threads left idle_timeout + 1.5 s after the burst, under the sequential load: #{left.join(', ')} (target: at most 4)." unless left.empty?
 failed = rows.reject { |r| r[:failures].nil? || r[:failures].empty? }
 unless failed.empty?
   puts "\nFailed runs (counted as failed, left out of the medians):"
