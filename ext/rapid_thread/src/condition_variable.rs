@@ -133,7 +133,7 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
 fn relock(mutex: rb_sys::VALUE) -> Result<(), Error> {
     match sys::mutex_lock_once(mutex) {
         Ok(()) => Ok(()),
-        Err(e) if sys::refused_lock(&e) => Err(e),
+        Err(e) if errors::is_thread_error(&e) => Err(e),
         Err(e) => Err(wait::after_error(e, || sys::mutex_relock_masked(mutex))),
     }
 }

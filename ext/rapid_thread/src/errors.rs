@@ -72,6 +72,13 @@ pub fn is_jump(e: &Error) -> bool {
     matches!(e.error_type(), magnus::error::ErrorType::Jump(_))
 }
 
+/// Whether `e` is a raised ThreadError (never true for a jump: a kill).
+/// Where a lock or a sleep can refuse (trap context, recursive locking),
+/// this is that refusal, never an interrupt's.
+pub fn is_thread_error(e: &Error) -> bool {
+    e.is_kind_of(ruby().exception_thread_error())
+}
+
 /// Ruby's `fatal` (e.g. "No live threads left. Deadlock?"): raised, not a
 /// jump, but it must not be replaced by an ordinary exception either.
 fn is_fatal(e: &Error) -> bool {

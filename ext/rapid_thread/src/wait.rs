@@ -188,7 +188,12 @@ fn wake_from<S>(
                         let _ = wake_from(cell, list, rest, end);
                     }));
                 }
-                first_err.get_or_insert(e);
+                // `fatal` (a deadlock found meanwhile) outranks an
+                // ordinary exception; otherwise the first is kept.
+                first_err = Some(match first_err.take() {
+                    Some(prev) => errors::more_urgent(prev, e),
+                    None => e,
+                });
             }
         }
     }

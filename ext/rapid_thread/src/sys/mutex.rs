@@ -7,9 +7,9 @@ use magnus::rb_sys::protect;
 use magnus::Error;
 use rb_sys::VALUE;
 
-use super::sleep::is_thread_error;
 use super::threads::handle_interrupt;
 use super::*;
+use crate::errors::is_thread_error;
 
 // ---------------------------------------------------------------------------
 // Mutexes (ConditionVariable#wait)
@@ -50,12 +50,6 @@ pub fn mutex_lock_once(m: VALUE) -> Result<(), Error> {
     }
     // SAFETY: may raise (interrupts, ThreadError); caught by protect.
     protect(|| unsafe { rb_sys::rb_mutex_lock(m) }).map(drop)
-}
-
-/// Whether `e` is a raised ThreadError: the lock's own refusal (trap
-/// context, recursive locking), never an interrupt's.
-pub fn refused_lock(e: &Error) -> bool {
-    is_thread_error(e)
 }
 
 /// Locks `m` as stock's `mutex_lock_uninterruptible` does after

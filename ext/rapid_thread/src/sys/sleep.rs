@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use magnus::rb_sys::protect;
 use magnus::Error;
+
+use crate::errors::is_thread_error;
 use rb_sys::VALUE;
 
 use super::*;
@@ -112,13 +114,6 @@ fn sleep_in_trap_context(timeout: Option<Duration>) -> Result<(), Error> {
         QNIL
     })?;
     Ok(())
-}
-
-/// Whether `e` is a raised ThreadError (never true for a jump: a kill).
-pub(super) fn is_thread_error(e: &Error) -> bool {
-    // SAFETY: called on a Ruby thread holding the GVL.
-    let ruby = unsafe { magnus::Ruby::get_unchecked() };
-    e.is_kind_of(ruby.exception_thread_error())
 }
 
 /// Runs `cleanup` while the jump `jump` (a kill, a `throw`) is pending,
