@@ -470,10 +470,6 @@ fn worker_body() -> Option<i32> {
         starting: true,
         ran: false,
     };
-    // The worker's report_on_exception / abort_on_exception as last read,
-    // so that resetting them before a block costs nothing when the previous
-    // block left them as the next one wants them (None: not known).
-    let mut flags: Option<(bool, bool)> = None;
     loop {
         // An interrupt aimed at the previous block that arrived after it
         // ended must not hit the next one: run it here. A kill ends the
@@ -491,7 +487,7 @@ fn worker_body() -> Option<i32> {
                 None => continue,
             },
         };
-        if let After::End(tag) = run(task, me, &mut flags) {
+        if let After::End(tag) = run(task, me) {
             return tag;
         }
         if sys::fork_generation() != live.fork_gen {
@@ -617,7 +613,7 @@ fn leave_busy(me: VALUE) {
 
 /// Runs one task on this worker, as Thread.new runs its block, and says
 /// whether the worker goes on.
-fn run(obj: VALUE, me: VALUE, flags: &mut Option<(bool, bool)>) -> After {
+fn run(obj: VALUE, me: VALUE) -> After {
     let task = Task::of(obj);
     let start = task.start(obj, me);
     let mut guard = Unfinished {
@@ -627,7 +623,7 @@ fn run(obj: VALUE, me: VALUE, flags: &mut Option<(bool, bool)>) -> After {
     };
     // The block starts with the task's name and flags (defaults, unless
     // set on the task before it started).
-    let prepared = prepare_thread(me, &start, flags.take());
+    let prepared = prepare_thread(me, &start);
     let outcome = prepared.and_then(|()| {
         if start.pending_raise != QNIL {
             Err(exception_error(start.pending_raise))
@@ -646,9 +642,9 @@ fn run(obj: VALUE, me: VALUE, flags: &mut Option<(bool, bool)>) -> After {
     let mut aftermath = Aftermath::default();
     // If reading them fails (an interrupt consumed there), the flags the
     // block started with.
-    let read = aftermath.take(thread_flags(me));
-    *flags = read;
-    let (report, abort) = read.unwrap_or((start.report_on_exception, start.abort_on_exception));
+    let (report, abort) = aftermath
+        .take(thread_flags(me))
+        .unwrap_or((start.report_on_exception, start.abort_on_exception));
     task.set_flags(report, abort);
     let (phase, result, raised) = match outcome {
         Ok(v) => (Phase::Finished, v, None),
@@ -710,26 +706,15 @@ fn global_abort() -> Result<bool, Error> {
     Ok(abort || sys::value(sys::global_variable(c"$DEBUG")).to_bool())
 }
 
-/// Sets the worker's name and exception flags for the task about to run;
-/// `now` is what the flags are known to be (a flag already right is not
-/// set again).
-fn prepare_thread(
-    me: VALUE,
-    start: &crate::task::Start,
-    now: Option<(bool, bool)>,
-) -> Result<(), Error> {
+/// Sets the worker's name and exception flags for the task about to run.
+fn prepare_thread(me: VALUE, start: &crate::task::Start) -> Result<(), Error> {
     let ruby = Ruby::get().expect("a Ruby thread");
     let t = |b: bool| sys::raw(ruby.into_value(b));
     if start.name != QNIL {
         sys::funcall(me, c"name=", &[start.name])?;
     }
-    let (report, abort) = now.unzip();
-    if report != Some(start.report_on_exception) {
-        sys::funcall(me, c"report_on_exception=", &[t(start.report_on_exception)])?;
-    }
-    if abort != Some(start.abort_on_exception) {
-        sys::funcall(me, c"abort_on_exception=", &[t(start.abort_on_exception)])?;
-    }
+    sys::funcall(me, c"report_on_exception=", &[t(start.report_on_exception)])?;
+    sys::funcall(me, c"abort_on_exception=", &[t(start.abort_on_exception)])?;
     Ok(())
 }
 
