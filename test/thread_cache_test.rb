@@ -128,6 +128,32 @@ class ThreadCacheTest < RapidThreadTest
     assert reused, "no block ran on the cached thread again"
   end
 
+  # A flag set on a task while its block's clean-up still runs (here: during
+  # the exception report) goes to the worker thread; the next block on that
+  # worker must start with the defaults all the same. (A cache of the flags
+  # read after each block, to skip resetting them, let it leak.)
+  def test_flags_set_during_the_report_do_not_reach_the_next_block
+    out, err, status = run_ruby(<<~'RUBY')
+      t1 = nil
+      $hook = -> { t1.abort_on_exception = true if t1 }
+      class << $stderr
+        alias_method :orig_write, :write
+        def write(*a) = ($hook&.call; orig_write(*a))
+      end
+      q = Thread::Queue.new
+      t1 = RapidThread.spawn { q.pop; raise "one" }
+      q << 1
+      t1.join rescue nil
+      $hook = nil
+      Thread.pass until RapidThread.cache_stats[:busy].zero?
+      t2 = RapidThread.spawn { [Thread.current.abort_on_exception, Thread.current.report_on_exception] }
+      p t2.value
+      p RapidThread.cache_stats[:created]
+    RUBY
+    assert status.success?, err
+    assert_equal "[false, true]\n1\n", out
+  end
+
   # --- exceptions ------------------------------------------------------------
 
   def test_report_is_byte_for_byte_thread_news

@@ -309,9 +309,9 @@ fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<boo
         match phase {
             Phase::Finished | Phase::Raised | Phase::Killed => return Ok(true),
             Phase::Pending => {
-                if let Some(ensure_progress) = PENDING_JOIN.get() {
-                    ensure_progress()?;
-                }
+                // Registered by thread_cache::init before `spawn` exists.
+                let ensure_progress = PENDING_JOIN.get().expect("the pool registered its hook");
+                ensure_progress()?;
             }
             Phase::Running => {}
         }

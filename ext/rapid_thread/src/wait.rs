@@ -155,6 +155,7 @@ enum End {
     Newest,
 }
 
+/// `wake_n` from either end of the list (see `End`).
 fn wake_from<S>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,

@@ -150,7 +150,7 @@ pub struct WaitList {
     /// Waiters registered and not yet returned (stock's `num_waiting`): a
     /// woken waiter stays counted until it has left its wait.
     waiting: usize,
-    /// When `pop_front` last handed out a waiter (a wake-up).
+    /// When `pop_front` or `pop_back` last handed out a waiter (a wake-up).
     last_wake: Option<Instant>,
 }
 
