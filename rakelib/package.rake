@@ -41,6 +41,14 @@ def native_spec
 end
 
 def compile_for(version, ruby)
+  if version == "3.3" && !File.executable?(ruby) && !ENV["RUBY33"]
+    # A fresh clone after plain bin/setup: build Ruby 3.3.8 once, as
+    # `bin/setup --ruby 3.3` would (Debian's source package; ~12 minutes).
+    warn "rake native: no Ruby 3.3 at #{ruby}; building it once with bin/setup-ruby 3.3 (about 12 minutes)"
+    built = `bin/setup-ruby 3.3`.lines.last.to_s.strip
+    abort "bin/setup-ruby 3.3 failed" unless $?.success? && File.executable?(built)
+    ruby = built
+  end
   if RUBY_VERSION.start_with?("#{version}.")
     Rake::Task[:compile].invoke
   else
