@@ -104,6 +104,21 @@ class ThreadCacheTest < RapidThreadTest
 
   # --- fresh state -----------------------------------------------------------
 
+  # Runs the block once on every live worker, `worker` included: as many
+  # blocks as there are workers (plus one) each hold a worker until all
+  # have started, so every idle worker takes one (whichever the cache
+  # would pick first). Returns the block's results, [thread, *rest] each.
+  def on_every_worker(worker, &block)
+    wait_until { worker.stop? } # idle again
+    latch = Thread::Queue.new
+    n = RapidThread.cache_stats[:threads] + 1
+    # (Not `task`, which turns report_on_exception off.)
+    probes = Array.new(n) { RapidThread.spawn { latch.pop; [Thread.current, *block.call] }.tap { |t| @threads << t } }
+    wait_until { probes.all? { |t| t.status == "sleep" } }
+    n.times { latch << 1 }
+    probes.map(&:value)
+  end
+
   def test_every_block_starts_with_fresh_thread_state
     first = RapidThread.spawn do
       Thread.current[:fiber_local] = 1
@@ -114,18 +129,14 @@ class ThreadCacheTest < RapidThreadTest
       Thread.current
     end.value
     fresh = [nil, [], nil, [], nil, Thread.report_on_exception, false, false]
-    # Idle workers are reused in turn; probe until a block lands on `first`.
-    reused = 200.times.any? do
-      thread, *state = RapidThread.spawn do
-        [Thread.current, Thread.current[:fiber_local], Thread.current.keys,
-         Thread.current.thread_variable_get(:thread_var), Thread.current.thread_variables,
-         Thread.current.name, Thread.current.report_on_exception,
-         Thread.current.abort_on_exception, Thread.pending_interrupt?]
-      end.value
-      assert_equal fresh, state
-      thread.equal?(first)
+    results = on_every_worker(first) do
+      [Thread.current[:fiber_local], Thread.current.keys,
+       Thread.current.thread_variable_get(:thread_var), Thread.current.thread_variables,
+       Thread.current.name, Thread.current.report_on_exception,
+       Thread.current.abort_on_exception, Thread.pending_interrupt?]
     end
-    assert reused, "no block ran on the cached thread again"
+    assert(results.any? { |thread, *| thread.equal?(first) }, "no block ran on the cached thread again")
+    results.each { |_, *state| assert_equal fresh, state }
   end
 
   # A flag set on a task while its block's clean-up still runs (here: during
@@ -221,7 +232,7 @@ class ThreadCacheTest < RapidThreadTest
     a = task { worker = Thread.current; raise "x" }
     assert_raises(RuntimeError) { a.join }
     assert worker.alive?, "the worker died with the block's exception"
-    assert(200.times.any? { RapidThread.spawn { Thread.current }.value.equal?(worker) },
+    assert(on_every_worker(worker) { nil }.any? { |thread, *| thread.equal?(worker) },
            "the worker never served another block")
   end
 
