@@ -111,9 +111,8 @@ module RapidThreadTestHelpers
 
   # [class, first line of the message] of what the block raises (:no_error
   # if nothing), with addresses and our namespace normalised so that stock's
-  # errors and ours compare equal.
-  # The exception a call raises, as [class, message]. Such calls are
-  # ill-typed on purpose, so rbs's runtime checks are off for them.
+  # errors and ours compare equal. Such calls are ill-typed on purpose, so
+  # rbs's runtime checks are off for them.
   def error_of(&block)
     ill_typed(&block)
     :no_error

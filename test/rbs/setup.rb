@@ -20,11 +20,6 @@ module RapidThreadRBS
   TARGETS = %w[RapidThread RapidThread::Queue RapidThread::SizedQueue RapidThread::ConditionVariable
                RapidThread::Task].freeze
 
-  # Tests that cannot hold under the hooks say why with this (a wrapped
-  # method is a Ruby method: its arity, parameters and backtrace frames
-  # are the wrapper's; a block passed to it is wrapped in a proc).
-  REASON = "RAPID_THREAD_RBS: rbs's runtime type checker wraps every method and block"
-
   # Runs the block with the checks off in this fiber: for the calls the
   # suite makes ill-typed on purpose (wrong arity, nil, strings, ... where
   # stock raises), to compare the gem's exception with stock's.
@@ -60,16 +55,7 @@ module RapidThreadRBS
     key = "SingletonChecker__Thread_spawn__rapid_thread"
     RBS::Test::Observer.register(key, checker)
     RBS::Test::Hook.hook_singleton_method(Thread, :spawn, key: key)
-    tester
-  end
-
-  # How many methods carry a hook (the suite asserts it covers the API).
-  def self.hooked
-    (TARGETS.map { |n| Object.const_get(n) } + [Thread]).sum do |k|
-      (k.instance_methods(false) + k.private_instance_methods(false) + k.singleton_methods(false))
-        .count { |m| m.to_s.include?("__with__") }
-    end
   end
 end
 
-RAPID_THREAD_RBS_TESTER = RapidThreadRBS.install!
+RapidThreadRBS.install!

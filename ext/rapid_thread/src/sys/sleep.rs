@@ -4,11 +4,10 @@ use std::time::Duration;
 
 use magnus::rb_sys::protect;
 use magnus::Error;
-
-use crate::errors::is_thread_error;
 use rb_sys::VALUE;
 
 use super::*;
+use crate::errors::is_thread_error;
 
 /// Runs pending interrupts (Thread#raise, kill, signal handlers).
 pub fn check_ints() -> Result<(), Error> {

@@ -226,23 +226,24 @@ impl WaitList {
     /// Removes and returns the longest waiter. It stays alive until the
     /// GVL is released: its owner can only leave after re-taking it.
     pub fn pop_front(&mut self) -> Option<&Waiter> {
-        // SAFETY: see `unlink`.
-        let w = unsafe { self.head.as_ref()? };
-        self.unlink(w);
-        self.last_wake = Some(Instant::now());
-        // SAFETY: as above; the lifetime is tied to `&mut self`, i.e. to a
-        // region during which the GVL is held.
-        Some(unsafe { &*(w as *const Waiter) })
+        self.hand_out(self.head)
     }
 
     /// Removes and returns the newest waiter (the one that enlisted last);
     /// otherwise as `pop_front`.
     pub fn pop_back(&mut self) -> Option<&Waiter> {
+        self.hand_out(self.tail)
+    }
+
+    /// Unlinks `w` (the head or the tail, or null when empty) for a
+    /// wake-up and returns it.
+    fn hand_out(&mut self, w: *const Waiter) -> Option<&Waiter> {
         // SAFETY: see `unlink`.
-        let w = unsafe { self.tail.as_ref()? };
+        let w = unsafe { w.as_ref()? };
         self.unlink(w);
         self.last_wake = Some(Instant::now());
-        // SAFETY: as in `pop_front`.
+        // SAFETY: as above; the lifetime is tied to `&mut self`, i.e. to a
+        // region during which the GVL is held.
         Some(unsafe { &*(w as *const Waiter) })
     }
 
