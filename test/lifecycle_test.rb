@@ -5,6 +5,33 @@ require_relative "test_helper"
 # Process lifecycle under load: fork while threads are blocked in every
 # kind of wait and spawned blocks run; exit with threads still blocked.
 class LifecycleTest < RapidThreadTest
+  # The suite's children end as Ruby ends them: status, message, at_exit,
+  # the ensure clauses of killed threads and finalizers. This holds the
+  # M:N shield (support/mn_exit.rb, on 3.3 with RUBY_MN_THREADS=1) to it.
+  def test_child_processes_end_as_ruby_ends_them
+    out, err, status = run_ruby(<<~'RUBY')
+      at_exit { puts "at_exit" }
+      ObjectSpace.define_finalizer(String.new("x"), proc { puts "finalizer" })
+      q = RapidThread::Queue.new
+      t = Thread.new do q.pop ensure puts "ensure" end
+      RapidThread.spawn do q.pop ensure puts "task ensure" end
+      Thread.pass until t.status == "sleep" && q.num_waiting == 2
+      $stdout.write "main"
+    RUBY
+    assert status.success?, err
+    assert_equal "", err
+    assert_equal %w[mainat_exit ensure finalizer task\ ensure].sort, out.lines.map(&:chomp).sort
+    assert out.start_with?("mainat_exit\n"), out
+    assert out.end_with?("finalizer\n"), out
+    [["exit 3", 3, ""], ["abort 'bye'", 1, "bye\n"], ["raise 'boom'", 1, /-e:1:in .*boom \(RuntimeError\)/]].each do |code, want, message|
+      _out, err, status = run_ruby(code)
+      assert_equal want, status.exitstatus, code
+      message.is_a?(Regexp) ? assert_match(message, err) : assert_equal(message, err)
+    end
+    _out, _err, status = run_ruby("Process.kill(:TERM, $$); sleep 10")
+    assert_equal Signal.list["TERM"], status.termsig
+  end
+
   def test_fork_while_threads_block_and_blocks_run
     skip "no fork" unless Process.respond_to?(:fork)
     out, err, status = run_ruby(<<~'RUBY', timeout: 30)

@@ -248,14 +248,6 @@ class SignalWakeupTest < RapidThreadTest
     helper.join
     p %<report>s
     puts "prompt: #{elapsed < 10}"
-    # Stock Ruby 3.3.8 with RUBY_MN_THREADS=1 sometimes dies of SIGSEGV in its
-    # own VM teardown after the last line (about 1 run in 800, stock and gem
-    # alike; docs/design-details.md, "Ruby 3.3 M:N exit crash"): skip the
-    # teardown there. Every line above still ran; a crash before it still fails.
-    if ENV["RUBY_MN_THREADS"] == "1" && RUBY_VERSION.start_with?("3.3.")
-      $stdout.flush
-      exit!(0)
-    end
   RUBY
 
   def self.script(prelude, op, source, timed)

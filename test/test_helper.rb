@@ -57,6 +57,13 @@ rescue Errno::ESRCH
   nil
 end
 
+# On Ruby 3.3 with M:N threads every child Ruby skips the VM's destruction,
+# where 3.3.8 itself sometimes crashes after the program ended
+# (support/mn_exit.rb).
+if ENV["RUBY_MN_THREADS"] == "1" && RUBY_VERSION.start_with?("3.3.")
+  ENV["RUBYOPT"] = [ENV.fetch("RUBYOPT", nil), "-r#{File.expand_path('support/mn_exit', __dir__)}"].compact.join(" ")
+end
+
 # GC.verify_compaction_references' "move everything" options: Ruby 3.2
 # renamed double_heap to expand_heap (3.3 warns about the old name).
 COMPACT_EVERYTHING = (RUBY_VERSION >= "3.2" ? { expand_heap: true } : { double_heap: true }).merge(toward: :empty).freeze
