@@ -4,6 +4,9 @@
 # is identical for both; only the classes it is given differ.
 #   RAPID_THREAD_BENCH_IMPL=stock  -> Thread::Queue, ...
 #   RAPID_THREAD_BENCH_IMPL=gem    -> RapidThread::Queue, ...
+#   RAPID_THREAD_BENCH_IMPL=gem-plain -> the gem's classes, but the
+#     scenarios of the gem-only API (batch_drain, select_handoff) use the
+#     API stock has, one item per call: the "plain" side of those rows
 #   RAPID_THREAD_BENCH_IMPL=stock-b -> stock again (benchmark/run.rb --control)
 #   RAPID_THREAD_BENCH_IMPL=concurrent -> stock classes, threads from
 #     concurrent-ruby (Promises.future_on a CachedThreadPool): the peer for
@@ -19,7 +22,7 @@ module BenchImpl
     Queue = ::Thread::Queue
     SizedQueue = ::Thread::SizedQueue
     ConditionVariable = ::Thread::ConditionVariable
-  when "gem"
+  when "gem", "gem-plain"
     # RAPID_THREAD_BENCH_LIB: another build's lib/ (benchmark/run.rb --baseline).
     $LOAD_PATH.unshift ENV.fetch("RAPID_THREAD_BENCH_LIB") { File.expand_path("../lib", __dir__) }
     require "rapid_thread"
@@ -49,10 +52,14 @@ module BenchImpl
     abort "unknown RAPID_THREAD_BENCH_IMPL=#{NAME.inspect} (stock or gem)"
   end
 
+  # Whether a scenario may use the gem-only API (push_all, pop_batch,
+  # RapidThread.select); otherwise it does the same work one item per call.
+  BEYOND_STOCK = NAME == "gem"
+
   # Where stock calls Thread.new: Thread.spawn in gem mode.
   def self.thread(*args, &block)
     case NAME
-    when "gem" then Thread.spawn(*args, &block)
+    when "gem", "gem-plain" then Thread.spawn(*args, &block)
     when "concurrent" then Future.new(Concurrent::Promises.future_on(POOL, *args, &block))
     else Thread.new(*args, &block)
     end

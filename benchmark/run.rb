@@ -85,8 +85,14 @@ NOTES = {
   "spawn_storm" => "seed scenario: 100k spawns, then join all",
   "spawn_after_burst" => "scenario: 64 blocked blocks released, then 20k sequential spawn+value",
   "micro_push_pop" => "Queue, one thread",
+  "batch_drain" => "gem-only API: push_all(256 items) / pop_batch(256) where stock pushes and pops one by one",
+  "select_handoff" => "gem-only API: the echo thread selects over two queues where stock pops one",
   "handoff_pingpong" => "Queue + spawn, two threads"
 }.freeze
+# Scenarios of the gem-only API: a "plain" side (the gem's classes, one item
+# per call, RAPID_THREAD_BENCH_IMPL=gem-plain) measures them against the
+# gem's own plain API, with the targets of issue 14.
+BEYOND_STOCK = { "batch_drain" => ["gem vs plain", 5.0, ">="], "select_handoff" => ["gem vs plain", 0.5, ">="] }.freeze
 # Benchmarks with a concurrent-ruby side under --peer.
 PEER = %w[spawn_storm vm_thread_create_join].freeze
 
@@ -100,6 +106,7 @@ def sides_for(name, opts)
   s["control"] = "stock-b" if opts[:with_control] && !opts[:control]
   s["concurrent"] = "concurrent" if opts[:peer] && PEER.include?(name)
   s["before"] = "gem" if opts[:baseline]
+  s["plain"] = "gem-plain" if BEYOND_STOCK.key?(name) && !opts[:control]
   s
 end
 
@@ -163,6 +170,7 @@ else
                 control: s["control"] && ratio.(s["stock"][:wall], s["control"][:wall]),
                 vs_peer: s["concurrent"] && ratio.(s["concurrent"][:wall], s["gem"][:wall]),
                 vs_before: s["before"] && ratio.(s["before"][:wall], s["gem"][:wall]),
+                vs_plain: s["plain"] && ratio.(s["plain"][:wall], s["gem"][:wall]),
                 raw: runs }
     end
   end
@@ -256,6 +264,17 @@ left = rows.select { |r| r[:name] == "spawn_after_burst" }.map do |r|
   "#{r[:mode]} #{n.max || '?'}"
 end
 puts "\nspawn_after_burst: most cached threads left idle_timeout + 1.5 s after the burst, under the sequential load: #{left.join(', ')} (target: at most 4)." unless left.empty?
+beyond = rows.select { |r| r[:vs_plain] }
+unless beyond.empty?
+  puts "\nGem-only API against the gem's own one-item-per-call API on the same setup (plain s / gem s; wall medians):\n\n"
+  puts "| name | mode | plain s | gem s | plain / gem | target |", "|---|---|---|---|---|---|"
+  beyond.each do |r|
+    s = r[:sides].transform_keys(&:to_s)
+    _label, target, op = BEYOND_STOCK.fetch(r[:name], ["", 0, ">="])
+    met = r[:vs_plain].public_send(op, target) ? "met" : "MISSED"
+    puts "| #{r[:name]} | #{r[:mode]} | #{sec.(s['plain'][:wall])} | #{sec.(s['gem'][:wall])} | #{x.(r[:vs_plain])} | #{op} #{target}x: #{met} |"
+  end
+end
 failed = rows.reject { |r| r[:failures].nil? || r[:failures].empty? }
 unless failed.empty?
   puts "\nFailed runs (counted as failed, left out of the medians):"

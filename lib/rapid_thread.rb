@@ -24,6 +24,9 @@ require_relative "rapid_thread/task"
 # * RapidThread::SizedQueue        - Thread::SizedQueue (+ push(timeout:))
 # * RapidThread::ConditionVariable - Thread::ConditionVariable
 #
+# and beyond stock: Queue#push_all, Queue#pop_batch and
+# RapidThread.select(*queues, timeout: nil).
+#
 # The classes and the methods below are defined by the native extension;
 # README.md documents every public method and docs/design.md how they work.
 #

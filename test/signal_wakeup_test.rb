@@ -42,6 +42,11 @@ class SignalWakeupTest < RapidThreadTest
       TIMED_QUEUE = false
       def spawn_task(&block) = Thread.new(&block)
       def new_cond(mon) = mon.new_cond
+      # The gem's batch and select operations, as stock would spell them
+      # for the cases below: one item, from the one queue that gets one.
+      def select_on(q, _other, **kw) = (v = q.pop(**kw)) && [q, v]
+      def pop_batch_of(q, _max, **kw) = (v = q.pop(**kw)) && [v]
+      def push_all_to(q, items, **kw) = items.each { |i| q.push(i, **kw) } && q
     RUBY
     gem: <<~'RUBY',
       require "rapid_thread"
@@ -50,6 +55,9 @@ class SignalWakeupTest < RapidThreadTest
       CV = RapidThread::ConditionVariable
       TIMED_QUEUE = true
       def spawn_task(&block) = RapidThread.spawn(&block)
+      def select_on(q, other, **kw) = RapidThread.select(q, other, **kw)
+      def pop_batch_of(q, max, **kw) = q.pop_batch(max, **kw)
+      def push_all_to(q, items, **kw) = q.push_all(items, **kw)
       # MonitorMixin::ConditionVariable wraps a Thread::ConditionVariable;
       # point this one at ours.
       def new_cond(mon) = mon.new_cond.tap { |c| c.instance_variable_set(:@cond, CV.new) }
@@ -64,6 +72,9 @@ class SignalWakeupTest < RapidThreadTest
       raise "not replaced" unless [Q, SQ, CV] == [RapidThread::Queue, RapidThread::SizedQueue, RapidThread::ConditionVariable]
       TIMED_QUEUE = true
       def spawn_task(&block) = Thread.spawn(&block)
+      def select_on(q, other, **kw) = RapidThread.select(q, other, **kw)
+      def pop_batch_of(q, max, **kw) = q.pop_batch(max, **kw)
+      def push_all_to(q, items, **kw) = q.push_all(items, **kw)
       def new_cond(mon)
         mon.new_cond.tap { |c| raise "Monitor does not use ours" unless c.instance_variable_get(:@cond).is_a?(CV) }
       end
@@ -88,6 +99,9 @@ class SignalWakeupTest < RapidThreadTest
   FULL_SIZED_QUEUE = "q = SQ.new(1)\nq << :first"
   SIZED_PUSH = { setup: FULL_SIZED_QUEUE, waiting: "q.num_waiting == 1", op: "q.push(:second)",
                  timed: "TIMED_QUEUE ? q.push(:second, timeout: 30) : q.push(:second)", report: SIZED_REPORT }.freeze
+  SELECT = { setup: "q = Q.new\nq2 = Q.new", waiting: "q.num_waiting == 1", op: "select_on(q, q2)",
+             timed: "TIMED_QUEUE ? select_on(q, q2, timeout: 30) : select_on(q, q2)",
+             report: "[r && [fmt(r[0], q), r[1]], Array.new(q.size) { q.pop(true) }, q.num_waiting, q2.num_waiting]" }.freeze
   CV_OP = <<~'RUBY'
     m.synchronize do
       until flag
@@ -126,6 +140,14 @@ class SignalWakeupTest < RapidThreadTest
                                timed: "TIMED_QUEUE ? q.pop(timeout: 30) : q.pop", wake: "q << :item",
                                report: SIZED_REPORT },
     sized_queue_push_by_pop: SIZED_PUSH.merge(wake: "q.pop"),
+    sized_queue_push_all_by_pop: SIZED_PUSH.merge(op: "push_all_to(q, [:second])", wake: "q.pop",
+                                                  timed: "TIMED_QUEUE ? push_all_to(q, [:second], timeout: 30) : " \
+                                                         "push_all_to(q, [:second])"),
+    queue_pop_batch_by_push: { setup: "q = Q.new", waiting: "q.num_waiting == 1", op: "pop_batch_of(q, 5)",
+                               timed: "TIMED_QUEUE ? pop_batch_of(q, 5, timeout: 30) : pop_batch_of(q, 5)",
+                               wake: "q << :item", report: QUEUE_REPORT },
+    select_by_push: SELECT.merge(wake: "q << :item"),
+    select_by_close: SELECT.merge(wake: "q.close\nq2.close"),
     sized_queue_push_by_clear: SIZED_PUSH.merge(wake: "q.clear"),
     sized_queue_push_by_max: SIZED_PUSH.merge(wake: "q.max = 2"),
     sized_queue_push_by_close: SIZED_PUSH.merge(wake: "q.close"),

@@ -5,6 +5,7 @@
 mod condition_variable;
 mod errors;
 mod queue;
+mod select;
 mod sized_queue;
 mod sys;
 mod task;
@@ -51,6 +52,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.define_singleton_method("__panic_for_tests", function!(internal_panic_for_tests, 0))?;
     let queue = queue::init(ruby, module)?;
     sized_queue::init(module, queue)?;
+    select::init(module)?;
     condition_variable::init(ruby, module)?;
     task::init(ruby, module)?;
     thread_cache::init(ruby, module)?;

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use magnus::gc::{Compactor, Marker};
 use magnus::scan_args::{get_kwargs, scan_args};
 use magnus::{
-    method, prelude::*, DataTypeFunctions, Error, RClass, RHash, RModule, Ruby, TypedData, Value,
+    method, prelude::*, DataTypeFunctions, Error, Integer, RClass, RHash, RModule, Ruby, TypedData,
+    Value,
 };
 use rb_sys::VALUE;
 
@@ -146,7 +147,7 @@ impl Queue {
     }
 
     #[inline(always)]
-    fn took(&self, v: VALUE, wake_pusher: bool) -> Result<Value, Error> {
+    pub fn took(&self, v: VALUE, wake_pusher: bool) -> Result<Value, Error> {
         if wake_pusher {
             wait::wake_one(&self.state, pushers)?;
         }
@@ -261,6 +262,132 @@ impl Queue {
             park(&self.state, pushers, me, deadline, |s| {
                 s.items.len() < s.max
             })?;
+        }
+    }
+
+    /// `pop_batch`: 1 to `max` items, oldest first, as a new Array; the
+    /// edge cases are `pop`'s. On a SizedQueue it wakes as many blocked
+    /// pushers as it made room for.
+    pub fn pop_batch_impl(
+        &self,
+        rb_self: Value,
+        max: usize,
+        should_block: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Value, Error> {
+        let me = sys::raw(rb_self);
+        let deadline = wait::deadline_after(timeout);
+        let mut first = true;
+        loop {
+            let ready = self.with_initialized(rb_self, |s| s.items.len().min(max))?;
+            if ready > 0 {
+                // The items stay in the queue (marked) while Ruby allocates
+                // the Array; then they move into it with no allocation.
+                let ary = sys::ary_new_capa(ready)?;
+                let (taken, wake_pushers) = self.state.with(|s| {
+                    let taken = sys::ary_take_front(ary, &mut s.items, ready);
+                    (taken, s.max != 0 && !s.pushers.is_empty())
+                });
+                if taken > 0 {
+                    if wake_pushers {
+                        wait::wake_n(&self.state, pushers, taken)?;
+                    }
+                    return Ok(sys::value(ary));
+                }
+            }
+            if first {
+                first = false;
+                if !should_block {
+                    return Err(errors::thread_error("queue empty"));
+                }
+                if timeout == Some(Duration::ZERO) {
+                    return Ok(sys::value(sys::QNIL));
+                }
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(sys::value(sys::QNIL));
+            }
+            if self.state.with(|s| s.closed) {
+                return Ok(sys::value(sys::QNIL));
+            }
+            park(&self.state, poppers, me, deadline, |s| !s.items.is_empty())?;
+        }
+    }
+
+    /// `push_all`: appends `vals` in order and wakes one blocked popper per
+    /// item appended (as many as there are). On a SizedQueue it fills the
+    /// room there is, then blocks for more as `push` does: it is
+    /// `vals.each { push(_1, non_block, timeout:) }` with one deadline, so
+    /// after "queue full", a timeout or ClosedQueueError the items before
+    /// stay pushed. A closed queue raises ClosedQueueError even for no
+    /// items.
+    pub fn push_values(
+        &self,
+        rb_self: Value,
+        vals: &[VALUE],
+        should_block: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Value, Error> {
+        enum Put {
+            Added(usize, bool),
+            Full(bool),
+            Closed,
+            NotInitialized,
+        }
+        let me = sys::raw(rb_self);
+        let deadline = wait::deadline_after(timeout);
+        let mut done = 0;
+        loop {
+            let put = self.state.with(|s| {
+                let s = s.fresh();
+                if !s.initialized {
+                    return Put::NotInitialized;
+                }
+                let room = match s.max {
+                    0 => usize::MAX,
+                    max => max.saturating_sub(s.items.len()),
+                };
+                if room == 0 && done < vals.len() {
+                    return Put::Full(s.closed);
+                }
+                if s.closed {
+                    return Put::Closed;
+                }
+                let k = room.min(vals.len() - done);
+                s.items.extend(&vals[done..done + k]);
+                Put::Added(k, !s.poppers.is_empty())
+            });
+            match put {
+                Put::NotInitialized => return Err(errors::not_initialized(rb_self)),
+                Put::Closed => return Err(errors::closed_queue()),
+                Put::Added(k, wake_poppers) => {
+                    vals[done..done + k]
+                        .iter()
+                        .for_each(|v| sys::write_barrier(me, *v));
+                    done += k;
+                    if wake_poppers {
+                        wait::wake_n(&self.state, poppers, k)?;
+                    }
+                    if done == vals.len() {
+                        return Ok(rb_self);
+                    }
+                }
+                Put::Full(closed) => {
+                    if !should_block {
+                        return Err(errors::thread_error("queue full"));
+                    }
+                    if timeout == Some(Duration::ZERO)
+                        || deadline.is_some_and(|d| Instant::now() >= d)
+                    {
+                        return Ok(sys::value(sys::QNIL));
+                    }
+                    if closed {
+                        return Err(errors::closed_queue());
+                    }
+                    park(&self.state, pushers, me, deadline, |s| {
+                        s.items.len() < s.max
+                    })?;
+                }
+            }
         }
     }
 
@@ -401,6 +528,47 @@ fn pop_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
     sys::call_method_v(method!(pop, -1), argc, argv, rb_self)
 }
 
+/// The elements of `push_all`'s argument (converted as `Queue.new` does),
+/// passed to `f` while the Array that holds them is kept alive.
+pub fn with_values<R>(
+    enumerable: Value,
+    f: impl FnOnce(&[VALUE]) -> Result<R, Error>,
+) -> Result<R, Error> {
+    let ary = sys::to_array(enumerable)?;
+    let mut vals = Vec::new();
+    sys::array_values(ary, &mut vals);
+    let r = f(&vals);
+    sys::gc_guard(sys::raw(ary));
+    r
+}
+
+/// `push_all(enumerable)`: see `Queue::push_values`.
+fn push_all(rb_self: Value, enumerable: Value) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    with_values(enumerable, |vals| q.push_values(rb_self, vals, true, None))
+}
+
+/// `pop_batch(max, non_block = false, timeout: nil)`.
+fn pop_batch(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    let args = scan_args::<(Value,), (Option<Value>,), (), (), RHash, ()>(args)?;
+    let max = batch_max(args.required.0)?;
+    let (non_block, timeout) = block_and_timeout(args.optional.0, args.keywords)?;
+    q.pop_batch_impl(rb_self, max, !non_block, timeout)
+}
+
+/// `pop_batch`'s `max`: a positive Integer (a Bignum means "everything").
+fn batch_max(v: Value) -> Result<usize, Error> {
+    let invalid = || errors::arg_error("max must be a positive Integer");
+    let i = Integer::from_value(v).ok_or_else(invalid)?;
+    match i.to_i64() {
+        Ok(n) if n > 0 => Ok(usize::try_from(n).unwrap_or(usize::MAX)),
+        Ok(_) => Err(invalid()),
+        Err(_) if i.funcall::<_, _, bool>("positive?", ())? => Ok(usize::MAX),
+        Err(_) => Err(invalid()),
+    }
+}
+
 fn close(rb_self: Value) -> Result<Value, Error> {
     let q = Queue::get(&rb_self)?;
     let newly = q
@@ -466,6 +634,8 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
     class.define_method("clear", method!(clear, 0))?;
     class.define_method("length", method!(length, 0))?;
     class.define_method("num_waiting", method!(num_waiting, 0))?;
+    class.define_method("push_all", method!(push_all, 1))?;
+    class.define_method("pop_batch", method!(pop_batch, -1))?;
     for (alias, name) in [
         ("enq", "push"),
         ("<<", "push"),

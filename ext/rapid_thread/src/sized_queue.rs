@@ -62,6 +62,17 @@ fn push(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     q.push_bounded(rb_self, sys::raw(args.required.0), !non_block, timeout)
 }
 
+/// `push_all(enumerable, non_block = false, timeout: nil)`: see
+/// `Queue::push_values`.
+fn push_all(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let q = Queue::get(&rb_self)?;
+    let args = scan_args::<(Value,), (Option<Value>,), (), (), RHash, ()>(args)?;
+    let (non_block, timeout) = queue::block_and_timeout(args.optional.0, args.keywords)?;
+    queue::with_values(args.required.0, |vals| {
+        q.push_values(rb_self, vals, !non_block, timeout)
+    })
+}
+
 /// Hot path of `push(obj)`: see `queue::try_append`.
 extern "C" fn push_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
     let appended = std::panic::catch_unwind(|| {
@@ -86,6 +97,7 @@ pub fn init(module: RModule, queue: RClass) -> Result<RClass, Error> {
     class.define_method("max", method!(max, 0))?;
     class.define_method("max=", method!(set_max, 1))?;
     class.define_method("push", push_fast as sys::RawMethodV)?;
+    class.define_method("push_all", method!(push_all, -1))?;
     for alias in ["enq", "<<"] {
         class.define_alias(alias, "push")?;
     }

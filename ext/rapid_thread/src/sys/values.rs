@@ -1,6 +1,7 @@
 //! Values, typed data, the GVL-guarded cell, the GC and fork generation.
 
 use std::cell::UnsafeCell;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use magnus::rb_sys::{protect, AsRawValue, FromRawValue};
@@ -165,6 +166,46 @@ pub fn array_values(ary: Value, out: &mut Vec<VALUE>) {
             out.push(rb_sys::rb_ary_entry(a, i));
         }
     }
+}
+
+/// A new, empty Array with room for `capa` elements.
+pub fn ary_new_capa(capa: usize) -> Result<VALUE, Error> {
+    // SAFETY: allocates; may raise NoMemoryError, caught by protect.
+    protect(|| unsafe { rb_sys::rb_ary_new_capa(capa as _) })
+}
+
+/// Moves the first `k` items of `items` (at most all of them) to the end
+/// of `ary`, a new Array made by `ary_new_capa` with room for them. Returns
+/// how many moved.
+///
+/// With the room already there, appending allocates nothing, so no GC can
+/// run between an item leaving `items` (where the owner's mark function
+/// sees it) and its arrival in `ary`.
+pub fn ary_take_front(ary: VALUE, items: &mut VecDeque<VALUE>, k: usize) -> usize {
+    let k = k.min(items.len());
+    let (front, back) = items.as_slices();
+    let from_front = k.min(front.len());
+    // SAFETY: `ary` is a fresh, unfrozen, unshared Array with capacity for
+    // `k` more elements (contract above), so rb_ary_cat neither allocates
+    // nor raises; the slices are live VALUEs held by the caller's object.
+    unsafe {
+        rb_sys::rb_ary_cat(ary, front.as_ptr(), from_front as _);
+        if k > from_front {
+            rb_sys::rb_ary_cat(ary, back.as_ptr(), (k - from_front) as _);
+        }
+    }
+    items.drain(..k);
+    k
+}
+
+/// `[a, b]`, a new two-element Array. `b` may live only in this frame
+/// (an item just taken off a queue): it is kept here while Ruby allocates.
+pub fn pair(a: VALUE, b: VALUE) -> Result<VALUE, Error> {
+    // SAFETY: allocates; may raise NoMemoryError, caught by protect.
+    let r = protect(|| unsafe { rb_sys::rb_assoc_new(a, b) });
+    super::gc_guard(a);
+    super::gc_guard(b);
+    r
 }
 
 // ---------------------------------------------------------------------------

@@ -39,6 +39,10 @@ pub struct Waiter {
     /// What the waiter blocks on (the queue, or the condvar's mutex), passed
     /// to the scheduler's block/unblock hooks.
     pub(super) blocker: VALUE,
+    /// For a member of a group (one waiter enlisted on several lists,
+    /// `RapidThread.select`): the group's head, which is never enlisted
+    /// itself and is what the thread blocks on. Null otherwise.
+    group: *const Waiter,
 }
 
 impl Waiter {
@@ -57,6 +61,10 @@ impl Waiter {
             // SAFETY: as above.
             unsafe { rb_sys::rb_fiber_current() }
         };
+        Waiter::new(thread, fiber, scheduler, blocker)
+    }
+
+    fn new(thread: VALUE, fiber: VALUE, scheduler: VALUE, blocker: VALUE) -> Waiter {
         Waiter {
             prev: Cell::new(ptr::null()),
             next: Cell::new(ptr::null()),
@@ -70,7 +78,31 @@ impl Waiter {
             fiber,
             scheduler,
             blocker,
+            group: ptr::null(),
         }
+    }
+
+    /// A member of the group headed by `head`, to enlist on the list of
+    /// `blocker`. Only `while_enlisted_on_each` makes them, and drops them
+    /// before `head` can go.
+    fn member(head: &Waiter, blocker: VALUE) -> Waiter {
+        Waiter {
+            group: head,
+            ..Waiter::new(head.thread, head.fiber, head.scheduler, blocker)
+        }
+    }
+
+    /// The waiter the thread blocks on: the group's head for a member,
+    /// else this one.
+    fn head(&self) -> &Waiter {
+        // SAFETY: a member never outlives its head (see `member`).
+        unsafe { self.group.as_ref() }.unwrap_or(self)
+    }
+
+    /// A member whose group was already woken through another list: it
+    /// must not take this list's wake-up.
+    fn group_woken(&self) -> bool {
+        !self.group.is_null() && self.head().signaled()
     }
 
     #[inline]
@@ -94,16 +126,22 @@ impl Waiter {
 
     /// Marks the waiter woken and says how to complete the wake-up.
     /// Called by the waker, GVL held, right after unlinking it.
+    /// A member signals its group's head too (which list woke the group
+    /// stays readable on the member).
     pub fn signal(&self) -> WakeTarget {
-        self.wake_epoch
+        let head = self.head();
+        head.wake_epoch
             .store(GVL_RELEASES.load(Ordering::Acquire), Ordering::Relaxed);
-        self.signaled.store(true, Ordering::Release);
+        if !ptr::eq(head, self) {
+            self.signaled.store(true, Ordering::Release);
+        }
+        head.signaled.store(true, Ordering::Release);
         WakeTarget {
-            thread: self.thread,
-            fiber: self.fiber,
-            scheduler: self.scheduler,
-            blocker: self.blocker,
-            sleeping: self.sleeping.get(),
+            thread: head.thread,
+            fiber: head.fiber,
+            scheduler: head.scheduler,
+            blocker: head.blocker,
+            sleeping: head.sleeping.get(),
         }
     }
 }
@@ -202,6 +240,11 @@ impl WaitList {
         self.tail = w;
         w.linked.set(true);
         w.list_last_wake.set(self.last_wake);
+        // A group is as active as the most active of its lists.
+        let head = w.head();
+        if self.last_wake > head.list_last_wake.get() {
+            head.list_last_wake.set(self.last_wake);
+        }
         self.waiting += 1;
     }
 
@@ -226,25 +269,32 @@ impl WaitList {
     /// Removes and returns the longest waiter. It stays alive until the
     /// GVL is released: its owner can only leave after re-taking it.
     pub fn pop_front(&mut self) -> Option<&Waiter> {
-        self.hand_out(self.head)
+        self.hand_out(true)
     }
 
     /// Removes and returns the newest waiter (the one that enlisted last);
     /// otherwise as `pop_front`.
     pub fn pop_back(&mut self) -> Option<&Waiter> {
-        self.hand_out(self.tail)
+        self.hand_out(false)
     }
 
-    /// Unlinks `w` (the head or the tail, or null when empty) for a
-    /// wake-up and returns it.
-    fn hand_out(&mut self, w: *const Waiter) -> Option<&Waiter> {
-        // SAFETY: see `unlink`.
-        let w = unsafe { w.as_ref()? };
-        self.unlink(w);
-        self.last_wake = Some(Instant::now());
-        // SAFETY: as above; the lifetime is tied to `&mut self`, i.e. to a
-        // region during which the GVL is held.
-        Some(unsafe { &*(w as *const Waiter) })
+    /// Unlinks the waiter at the head (or the tail) for a wake-up and
+    /// returns it. Members of a group already woken through another list
+    /// are unlinked and passed over: the wake-up goes to the next waiter.
+    fn hand_out(&mut self, from_head: bool) -> Option<&Waiter> {
+        loop {
+            let w = if from_head { self.head } else { self.tail };
+            // SAFETY: see `unlink`.
+            let w = unsafe { w.as_ref()? };
+            self.unlink(w);
+            if w.group_woken() {
+                continue;
+            }
+            self.last_wake = Some(Instant::now());
+            // SAFETY: as above; the lifetime is tied to `&mut self`, i.e.
+            // to a region during which the GVL is held.
+            return Some(unsafe { &*(w as *const Waiter) });
+        }
     }
 
     /// Deregisters `w`: unlinks it if still linked (O(1)) and drops it
@@ -289,4 +339,56 @@ pub fn while_enlisted<S, R>(
     cell.with(|s| unsafe { list(s).enter(w) });
     let _leave = Leave { cell, list, w };
     body()
+}
+
+/// Runs `body` with a member of the group headed by `head` enlisted on the
+/// list chosen by `list` of each of `cells` (`RapidThread.select`), and
+/// takes every one off again on every path out, as `while_enlisted`.
+/// Returns `body`'s result and the index of the list whose wake-up woke
+/// the group, if any (at most one: once the head is signaled, the other
+/// lists pass its members over).
+///
+/// Each pair is a cell and the VALUE that owns it (the queue, the
+/// blocker a fiber scheduler is told about). The caller keeps those
+/// VALUEs alive and pinned for the call (they are a method's arguments,
+/// on Ruby's VM stack); the members live in a heap vector that is neither
+/// grown nor moved while they are enlisted.
+pub fn while_enlisted_on_each<S, R>(
+    head: &Waiter,
+    cells: &[(&GvlCell<S>, VALUE)],
+    list: fn(&mut S) -> &mut WaitList,
+    body: impl FnOnce() -> R,
+) -> (R, Option<usize>) {
+    struct LeaveAll<'a, S> {
+        cells: &'a [(&'a GvlCell<S>, VALUE)],
+        list: fn(&mut S) -> &mut WaitList,
+        members: &'a [Waiter],
+        entered: Cell<usize>,
+    }
+    impl<S> Drop for LeaveAll<'_, S> {
+        fn drop(&mut self) {
+            for (i, m) in self.members[..self.entered.get()].iter().enumerate() {
+                self.cells[i].0.with(|s| (self.list)(s).leave(m));
+            }
+        }
+    }
+    let members: Vec<Waiter> = cells.iter().map(|c| Waiter::member(head, c.1)).collect();
+    let result = {
+        let leave = LeaveAll {
+            cells,
+            list,
+            members: &members,
+            entered: Cell::new(0),
+        };
+        for (i, m) in members.iter().enumerate() {
+            // SAFETY (contract of `enter`): `members` is not touched again
+            // until the guard, which nobody can forget, has called `leave`
+            // for every member entered.
+            cells[i].0.with(|s| unsafe { list(s).enter(m) });
+            leave.entered.set(i + 1);
+        }
+        body()
+    };
+    let woken_by = members.iter().position(|m| m.signaled());
+    (result, woken_by)
 }
