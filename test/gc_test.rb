@@ -61,6 +61,42 @@ class GcTest < RapidThreadTest
     assert_equal Array.new(n) { |i| "v#{i}" }, consumer.value
   end
 
+  # SizedQueue#push_all reads its items across waits: the caller's Array
+  # may change meanwhile, and the GC may free or move what it held.
+  def test_push_all_keeps_its_items_while_it_waits_for_room
+    sq = GemSizedQueue.new(1)
+    items = Array.new(4) { |i| "item-#{i}-" + "x" * 40 }
+    pusher = spawn_thread { sq.push_all(items) }
+    wait_until { sq.num_waiting == 1 }
+    items.clear # the rest is now referenced by nothing the user can see
+    4.times { GC.start(full_mark: true, immediate_sweep: true) }
+    Array.new(scaled(100_000)) { |i| "junk#{i}" } # reuse any freed slot
+    assert_equal Array.new(4) { |i| "item-#{i}-" + "x" * 40 }, Array.new(4) { sq.pop }
+    assert_same sq, pusher.value
+  end
+
+  # Compaction while threads sleep inside the gem: Ruby 3.1.2's GC.compact
+  # itself can crash then (see test_compaction_between_operations).
+  def test_compaction_while_push_all_and_select_wait
+    skip "GC.compact with sleeping C methods is unreliable before 3.3" if RUBY_VERSION < "3.3"
+    sq = GemSizedQueue.new(1)
+    pusher = spawn_thread { sq.push_all(Array.new(4) { |i| "item-#{i}" }) }
+    # 300 queues: more arguments than Ruby 3.3 keeps on the VM stack, so
+    # the splat Array holds (and marks movable) the queues.
+    qs = Array.new(300) { GemQueue.new }
+    selector = spawn_thread { RapidThread.select(*qs) }
+    wait_until { sq.num_waiting == 1 && qs.last.num_waiting == 1 }
+    GC.verify_compaction_references(**COMPACT_EVERYTHING)
+    Array.new(scaled(100_000)) { |i| "junk#{i}" }
+    GC.start
+    assert_equal Array.new(4) { |i| "item-#{i}" }, Array.new(4) { sq.pop }
+    qs.last << :hello
+    q, v = selector.value
+    assert_same qs.last, q
+    assert_equal :hello, v
+    assert_same sq, pusher.value
+  end
+
   # Random operations with a compaction after each one, while threads wait
   # in every kind of list and spawned tasks hold arguments and results.
   # Its value is the list of mismatches.

@@ -290,7 +290,16 @@ impl Queue {
                 });
                 if taken > 0 {
                     if wake_pushers {
-                        wait::wake_n(&self.state, pushers, taken)?;
+                        if let Err(e) = wait::wake_n(&self.state, pushers, taken) {
+                            // The batch goes back rather than down with the
+                            // error (the pushers woken find no room and
+                            // wait again).
+                            self.state
+                                .with(|s| sys::ary_put_back_front(ary, &mut s.items));
+                            (0..taken).for_each(|i| sys::write_barrier(me, sys::ary_entry(ary, i)));
+                            sys::gc_guard(ary);
+                            return Err(e);
+                        }
                     }
                     return Ok(sys::value(ary));
                 }
@@ -313,7 +322,8 @@ impl Queue {
         }
     }
 
-    /// `push_all`: appends `vals` in order and wakes one blocked popper per
+    /// `push_all`: appends the items of `vals` (a private Array, see
+    /// `with_values`) in order and wakes one blocked popper per
     /// item appended (as many as there are). On a SizedQueue it fills the
     /// room there is, then blocks for more as `push` does: it is
     /// `vals.each { push(_1, non_block, timeout:) }` with one deadline, so
@@ -323,7 +333,7 @@ impl Queue {
     pub fn push_values(
         &self,
         rb_self: Value,
-        vals: &[VALUE],
+        vals: VALUE,
         should_block: bool,
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
@@ -335,6 +345,7 @@ impl Queue {
         }
         let me = sys::raw(rb_self);
         let deadline = wait::deadline_after(timeout);
+        let n = sys::ary_len(vals);
         let mut done = 0;
         loop {
             let put = self.state.with(|s| {
@@ -346,28 +357,27 @@ impl Queue {
                     0 => usize::MAX,
                     max => max.saturating_sub(s.items.len()),
                 };
-                if room == 0 && done < vals.len() {
+                if room == 0 && done < n {
                     return Put::Full(s.closed);
                 }
                 if s.closed {
                     return Put::Closed;
                 }
-                let k = room.min(vals.len() - done);
-                s.items.extend(&vals[done..done + k]);
+                let k = room.min(n - done);
+                s.items
+                    .extend((done..done + k).map(|i| sys::ary_entry(vals, i)));
                 Put::Added(k, !s.poppers.is_empty())
             });
             match put {
                 Put::NotInitialized => return Err(errors::not_initialized(rb_self)),
                 Put::Closed => return Err(errors::closed_queue()),
                 Put::Added(k, wake_poppers) => {
-                    vals[done..done + k]
-                        .iter()
-                        .for_each(|v| sys::write_barrier(me, *v));
+                    (done..done + k).for_each(|i| sys::write_barrier(me, sys::ary_entry(vals, i)));
                     done += k;
                     if wake_poppers {
                         wait::wake_n(&self.state, poppers, k)?;
                     }
-                    if done == vals.len() {
+                    if done == n {
                         return Ok(rb_self);
                     }
                 }
@@ -528,17 +538,17 @@ fn pop_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
     sys::call_method_v(method!(pop, -1), argc, argv, rb_self)
 }
 
-/// The elements of `push_all`'s argument (converted as `Queue.new` does),
-/// passed to `f` while the Array that holds them is kept alive.
+/// `push_all`'s argument, converted as `Queue.new` does, as a private
+/// Array (`sys::ary_private_copy`: a SizedQueue's push_all reads it across
+/// waits, while other threads run and the GC may move the items), passed
+/// to `f` and kept on this stack frame until it returns.
 pub fn with_values<R>(
     enumerable: Value,
-    f: impl FnOnce(&[VALUE]) -> Result<R, Error>,
+    f: impl FnOnce(VALUE) -> Result<R, Error>,
 ) -> Result<R, Error> {
-    let ary = sys::to_array(enumerable)?;
-    let mut vals = Vec::new();
-    sys::array_values(ary, &mut vals);
-    let r = f(&vals);
-    sys::gc_guard(sys::raw(ary));
+    let copy = sys::ary_private_copy(sys::to_array(enumerable)?)?;
+    let r = f(copy);
+    sys::gc_guard(copy);
     r
 }
 

@@ -29,10 +29,13 @@ fn has_items(s: &mut State) -> bool {
 }
 
 fn select(args: &[Value]) -> Result<Value, Error> {
-    // The queues are this method's arguments, on Ruby's VM stack, which
-    // keeps them alive and unmoved for the whole call (the waiters point
-    // at them).
+    // The queues are held by `splat`, a fresh Array kept on this stack
+    // frame to the end. It marks them movable (on Ruby 3.3 a long argument
+    // list does not stay on the VM stack either), so every VALUE of a queue
+    // is read from it when used, never kept across a wait; the `&Queue`
+    // references point into the typed data, which does not move.
     let args = scan_args::<(), (), RArray, (), RHash, ()>(args)?;
+    let splat = sys::raw(args.splat.as_value());
     let kw = get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &["timeout"])?;
     let timeout = kw
         .optional
@@ -40,25 +43,32 @@ fn select(args: &[Value]) -> Result<Value, Error> {
         .map(wait::timeout_duration)
         .transpose()?
         .flatten();
-    let mut raw = Vec::new();
-    sys::array_values(args.splat.as_value(), &mut raw);
-    let values: Vec<Value> = raw.into_iter().map(sys::value).collect();
-    if values.is_empty() {
+    let r = select_from(splat, timeout);
+    sys::gc_guard(splat);
+    r
+}
+
+fn select_from(splat: VALUE, timeout: Option<Duration>) -> Result<Value, Error> {
+    let n = sys::ary_len(splat);
+    if n == 0 {
         return Err(errors::arg_error(
             "wrong number of arguments (given 0, expected 1+)",
         ));
     }
-    let queues = values
-        .iter()
-        .map(Queue::get)
-        .collect::<Result<Vec<&Queue>, Error>>()?;
-    let cells: Vec<(&GvlCell<State>, VALUE)> = queues
-        .iter()
-        .zip(&values)
-        .map(|(q, v)| (&q.state, sys::raw(*v)))
-        .collect();
-    let n = queues.len();
+    let queue_at = |k: usize| sys::value(sys::ary_entry(splat, k));
+    let mut queues = Vec::with_capacity(n);
+    for k in 0..n {
+        let v = queue_at(k);
+        // `splat` keeps the queue alive for the whole call.
+        let q = sys::typed_ref_raw::<Queue>(sys::raw(v))
+            .ok_or_else(|| errors::wrong_receiver(v, "RapidThread::Queue"))?;
+        if !q.state.with(|s| s.initialized) {
+            return Err(errors::not_initialized(v));
+        }
+        queues.push(q);
+    }
     let start = TURN.fetch_add(1, Ordering::Relaxed) % n;
+    let cells: Vec<&GvlCell<State>> = queues.iter().map(|q| &q.state).collect();
     let deadline = wait::deadline_after(timeout);
     let mut woken_by: Option<usize> = None;
     loop {
@@ -71,9 +81,9 @@ fn select(args: &[Value]) -> Result<Value, Error> {
             match queues[k].try_shift() {
                 Take::Item(item, wake_pusher) => {
                     let item = sys::raw(queues[k].took(item, wake_pusher)?);
-                    return Ok(sys::value(sys::pair(cells[k].1, item)?));
+                    return Ok(sys::value(sys::pair(sys::ary_entry(splat, k), item)?));
                 }
-                Take::NotInitialized => return Err(errors::not_initialized(values[k])),
+                Take::NotInitialized => return Err(errors::not_initialized(queue_at(k))),
                 Take::Empty => open |= !queues[k].state.with(|s| s.closed),
             }
         }
@@ -84,7 +94,8 @@ fn select(args: &[Value]) -> Result<Value, Error> {
         if timeout == Some(Duration::ZERO) || deadline.is_some_and(|d| Instant::now() >= d) {
             return Ok(sys::value(sys::QNIL));
         }
-        woken_by = wait::park_any(&cells, poppers, deadline, has_items)?;
+        let blocker = sys::ary_entry(splat, 0);
+        woken_by = wait::park_any(&cells, blocker, poppers, deadline, has_items)?;
     }
 }
 

@@ -69,23 +69,24 @@ pub fn park<S>(
 
 /// Blocks the current thread (or fiber) on the list chosen by `list` of
 /// every cell at once (`RapidThread.select`), until one of them wakes it,
-/// `deadline` passes or an interrupt arrives. Each cell comes with the
-/// VALUE that owns it (see `sys::while_enlisted_on_each`). Returns the
+/// `deadline` passes or an interrupt arrives. `blocker` is what a fiber
+/// scheduler is told the fiber blocks on (the first queue). Returns the
 /// index of the cell whose wake-up ended the wait, if one did.
 ///
 /// As in `enlisted`, a wake-up that arrives with an error is passed on to
 /// the next waiter of that list when `worth_passing_on` says so.
 pub fn park_any<S>(
-    cells: &[(&GvlCell<S>, VALUE)],
+    cells: &[&GvlCell<S>],
+    blocker: VALUE,
     list: fn(&mut S) -> &mut WaitList,
     deadline: Option<Instant>,
     worth_passing_on: fn(&mut S) -> bool,
 ) -> Result<Option<usize>, Error> {
-    let head = Waiter::current(cells[0].1);
+    let head = Waiter::current(blocker);
     let (result, woken_by) =
         sys::while_enlisted_on_each(&head, cells, list, || block(&head, deadline, false));
     match (result, woken_by) {
-        (Err(e), Some(i)) => Err(after_error(e, || pass_on(cells[i].0, list, worth_passing_on))),
+        (Err(e), Some(i)) => Err(after_error(e, || pass_on(cells[i], list, worth_passing_on))),
         (Err(e), None) => Err(e),
         (Ok(()), woken_by) => Ok(woken_by),
     }

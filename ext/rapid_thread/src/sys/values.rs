@@ -198,6 +198,42 @@ pub fn ary_take_front(ary: VALUE, items: &mut VecDeque<VALUE>, k: usize) -> usiz
     k
 }
 
+/// A private copy of the Array `ary`, hidden from Ruby code: a caller that
+/// reads its elements across a wait (SizedQueue#push_all) sees neither the
+/// user's changes to `ary` nor objects the GC freed or moved (the copy
+/// marks its elements and compaction updates its slots). The caller keeps
+/// the copy on its stack (`gc_guard`) while it uses it.
+pub fn ary_private_copy(ary: Value) -> Result<VALUE, Error> {
+    let a = ary.as_raw();
+    // SAFETY: `ary` is a T_ARRAY; rb_ary_dup allocates (may raise
+    // NoMemoryError, caught by protect); rb_obj_hide only clears the class.
+    protect(|| unsafe {
+        let copy = rb_sys::rb_ary_dup(a);
+        rb_sys::rb_obj_hide(copy);
+        copy
+    })
+}
+
+/// The length of an Array.
+pub fn ary_len(ary: VALUE) -> usize {
+    // SAFETY: `ary` is a live T_ARRAY.
+    unsafe { rb_sys::RARRAY_LEN(ary) as usize }
+}
+
+/// `ary[i]`; neither allocates nor raises.
+pub fn ary_entry(ary: VALUE, i: usize) -> VALUE {
+    // SAFETY: `ary` is a live T_ARRAY; rb_ary_entry bounds-checks.
+    unsafe { rb_sys::rb_ary_entry(ary, i as _) }
+}
+
+/// Puts the elements of `ary` back at the front of `items`, in order (a
+/// batch taken by `ary_take_front` that could not be handed out).
+pub fn ary_put_back_front(ary: VALUE, items: &mut VecDeque<VALUE>) {
+    for i in (0..ary_len(ary)).rev() {
+        items.push_front(ary_entry(ary, i));
+    }
+}
+
 /// `[a, b]`, a new two-element Array. `b` may live only in this frame
 /// (an item just taken off a queue): it is kept here while Ruby allocates.
 pub fn pair(a: VALUE, b: VALUE) -> Result<VALUE, Error> {

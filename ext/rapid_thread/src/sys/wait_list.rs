@@ -22,6 +22,8 @@ pub struct Waiter {
     prev: Cell<*const Waiter>,
     next: Cell<*const Waiter>,
     linked: Cell<bool>,
+    /// The fork generation when it entered its list (see `leave`).
+    fork_gen: Cell<u64>,
     /// Set (under the GVL) by the waker; read without the GVL by the spinner.
     signaled: AtomicBool,
     /// Set by the unblock function (Thread#raise, kill, signals, ...).
@@ -69,6 +71,7 @@ impl Waiter {
             prev: Cell::new(ptr::null()),
             next: Cell::new(ptr::null()),
             linked: Cell::new(false),
+            fork_gen: Cell::new(0),
             signaled: AtomicBool::new(false),
             interrupted: AtomicBool::new(false),
             wake_epoch: AtomicU64::new(0),
@@ -82,13 +85,15 @@ impl Waiter {
         }
     }
 
-    /// A member of the group headed by `head`, to enlist on the list of
-    /// `blocker`. Only `while_enlisted_on_each` makes them, and drops them
-    /// before `head` can go.
-    fn member(head: &Waiter, blocker: VALUE) -> Waiter {
+    /// A member of the group headed by `head`, to enlist on one more list.
+    /// Only `while_enlisted_on_each` makes them, and drops them before
+    /// `head` can go. A wake-up reads the head's VALUEs (`signal`), never
+    /// the member's: the head lives on the blocked thread's stack, where
+    /// the GC sees and pins them; the members live on the heap.
+    fn member(head: &Waiter) -> Waiter {
         Waiter {
             group: head,
-            ..Waiter::new(head.thread, head.fiber, head.scheduler, blocker)
+            ..Waiter::new(head.thread, head.fiber, head.scheduler, head.blocker)
         }
     }
 
@@ -239,6 +244,7 @@ impl WaitList {
         }
         self.tail = w;
         w.linked.set(true);
+        w.fork_gen.set(fork_generation());
         w.list_last_wake.set(self.last_wake);
         // A group is as active as the most active of its lists.
         let head = w.head();
@@ -299,7 +305,15 @@ impl WaitList {
 
     /// Deregisters `w`: unlinks it if still linked (O(1)) and drops it
     /// from the waiting count. Called on every exit path of a wait.
+    ///
+    /// A waiter that entered before a fork and leaves in the child (a fiber
+    /// of the forking thread, under a fiber scheduler) leaves nothing: the
+    /// child's list forgot it (`forget_all`, which every operation runs
+    /// first after a fork), and its neighbours' frames are the parent's.
     fn leave(&mut self, w: &Waiter) {
+        if w.fork_gen.get() != fork_generation() {
+            return;
+        }
         if w.linked.get() {
             self.unlink(w);
         }
@@ -348,19 +362,17 @@ pub fn while_enlisted<S, R>(
 /// the group, if any (at most one: once the head is signaled, the other
 /// lists pass its members over).
 ///
-/// Each pair is a cell and the VALUE that owns it (the queue, the
-/// blocker a fiber scheduler is told about). The caller keeps those
-/// VALUEs alive and pinned for the call (they are a method's arguments,
-/// on Ruby's VM stack); the members live in a heap vector that is neither
-/// grown nor moved while they are enlisted.
+/// The members live in a heap vector that is neither grown nor moved
+/// while they are enlisted; the objects owning the cells are kept alive
+/// by the caller (the cells themselves, in typed data, do not move).
 pub fn while_enlisted_on_each<S, R>(
     head: &Waiter,
-    cells: &[(&GvlCell<S>, VALUE)],
+    cells: &[&GvlCell<S>],
     list: fn(&mut S) -> &mut WaitList,
     body: impl FnOnce() -> R,
 ) -> (R, Option<usize>) {
     struct LeaveAll<'a, S> {
-        cells: &'a [(&'a GvlCell<S>, VALUE)],
+        cells: &'a [&'a GvlCell<S>],
         list: fn(&mut S) -> &mut WaitList,
         members: &'a [Waiter],
         entered: Cell<usize>,
@@ -368,11 +380,11 @@ pub fn while_enlisted_on_each<S, R>(
     impl<S> Drop for LeaveAll<'_, S> {
         fn drop(&mut self) {
             for (i, m) in self.members[..self.entered.get()].iter().enumerate() {
-                self.cells[i].0.with(|s| (self.list)(s).leave(m));
+                self.cells[i].with(|s| (self.list)(s).leave(m));
             }
         }
     }
-    let members: Vec<Waiter> = cells.iter().map(|c| Waiter::member(head, c.1)).collect();
+    let members: Vec<Waiter> = cells.iter().map(|_| Waiter::member(head)).collect();
     let result = {
         let leave = LeaveAll {
             cells,
@@ -384,7 +396,7 @@ pub fn while_enlisted_on_each<S, R>(
             // SAFETY (contract of `enter`): `members` is not touched again
             // until the guard, which nobody can forget, has called `leave`
             // for every member entered.
-            cells[i].0.with(|s| unsafe { list(s).enter(m) });
+            cells[i].with(|s| unsafe { list(s).enter(m) });
             leave.entered.set(i + 1);
         }
         body()
