@@ -326,6 +326,27 @@ class ThreadCacheTest < RapidThreadTest
     assert_operator RapidThread.cache_stats[:created], :>=, n
   end
 
+  # A worker woken for a task and killed before it takes it must not strand
+  # the task (nobody joins it, and nothing else is spawned): before the fix
+  # it stayed pending for good, where Thread.new would have run it.
+  def test_a_task_survives_the_kill_of_the_worker_woken_for_it
+    out, err, status = run_ruby(<<~'RUBY')
+      w = RapidThread.spawn { Thread.current }.value
+      Thread.pass until w.stop? && RapidThread.cache_stats[:idle] == 1
+      # The monitor stops ticking once it sees nothing pending; no state
+      # shows when it has, so give it that moment.
+      sleep 0.05
+      ran = false
+      RapidThread.spawn { ran = true }
+      w.kill # before w (woken for the task) has run again
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+      Thread.pass until ran || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      p [ran, w.alive?]
+    RUBY
+    assert status.success?, err
+    assert_equal "[true, false]\n", out
+  end
+
   def test_a_block_starts_even_when_others_run_forever
     stop = false
     passing = Array.new(3) { task { Thread.pass until stop } }

@@ -451,14 +451,30 @@ struct Live {
 }
 
 impl Drop for Live {
+    /// Also keeps pending tasks from being stranded by this exit: a worker
+    /// that `dispatch` woke for a task and that was killed before taking
+    /// it (dispatch does not arm the monitor when it wakes an idle worker)
+    /// would otherwise leave the task waiting for the next spawn. When
+    /// nobody else can take pending tasks, one more worker is asked for
+    /// and the monitor woken (no Ruby code runs here: this may be a kill's
+    /// way out).
     fn drop(&mut self) {
-        if sys::fork_generation() == self.fork_gen {
-            with(|p| {
-                p.live -= 1;
-                if self.starting {
-                    p.starting -= 1;
-                }
-            });
+        if sys::fork_generation() != self.fork_gen {
+            return;
+        }
+        let wake_monitor = with(|p| {
+            p.live -= 1;
+            if self.starting {
+                p.starting -= 1;
+            }
+            let stranded = p.has_pending() && p.idle.is_empty() && p.starting == 0 && p.wanted == 0;
+            if stranded {
+                p.wanted += 1;
+            }
+            (stranded && p.monitor != QNIL && p.monitor_sleeping).then_some(p.monitor)
+        });
+        if let Some(monitor) = wake_monitor {
+            sys::wakeup_thread(monitor);
         }
     }
 }
