@@ -3,7 +3,8 @@
 # (RapidThread.select, gem mode), or pops its queue (stock, and the gem's
 # "plain" side: the same classes, plain pop). Every round trip is two
 # wake-ups of a blocked thread. The target: a select round trip at most 2x
-# a plain pop round trip (plain / gem >= 0.5).
+# a plain pop round trip (plain / gem >= 0.5). Timed: the round trips only
+# (BenchProbe.start).
 require_relative "impl"
 
 n = BenchImpl.n(100_000)
@@ -21,6 +22,7 @@ echo = Thread.new do
     end
   end
 end
+BenchProbe.start if defined?(BenchProbe) # the round trips only
 n.times { |i| ping << i; pong.pop }
 ping << nil
 echo.join

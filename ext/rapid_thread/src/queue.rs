@@ -364,15 +364,14 @@ impl Queue {
                     return Put::Closed;
                 }
                 let k = room.min(n - done);
-                s.items
-                    .extend((done..done + k).map(|i| sys::ary_entry(vals, i)));
+                sys::ary_extend_from(vals, done, k, &mut s.items);
                 Put::Added(k, !s.poppers.is_empty())
             });
             match put {
                 Put::NotInitialized => return Err(errors::not_initialized(rb_self)),
                 Put::Closed => return Err(errors::closed_queue()),
                 Put::Added(k, wake_poppers) => {
-                    (done..done + k).for_each(|i| sys::write_barrier(me, sys::ary_entry(vals, i)));
+                    sys::write_barrier_from(me, vals, done, k);
                     done += k;
                     if wake_poppers {
                         wait::wake_n(&self.state, poppers, k)?;
@@ -538,24 +537,35 @@ fn pop_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
     sys::call_method_v(method!(pop, -1), argc, argv, rb_self)
 }
 
-/// `push_all`'s argument, converted as `Queue.new` does, as a private
-/// Array (`sys::ary_private_copy`: a SizedQueue's push_all reads it across
-/// waits, while other threads run and the GC may move the items), passed
-/// to `f` and kept on this stack frame until it returns.
+/// `push_all`'s argument, converted as `Queue.new` does, passed to `f` and
+/// kept on this stack frame until it returns. For a SizedQueue, whose
+/// push_all reads it across waits while other threads run and the GC may
+/// move the items, a private copy (`sys::ary_private_copy`); an unbounded
+/// Queue appends everything before any Ruby code can run, so it reads the
+/// Array as it is.
 pub fn with_values<R>(
+    q: &Queue,
     enumerable: Value,
     f: impl FnOnce(VALUE) -> Result<R, Error>,
 ) -> Result<R, Error> {
-    let copy = sys::ary_private_copy(sys::to_array(enumerable)?)?;
-    let r = f(copy);
-    sys::gc_guard(copy);
+    let ary = sys::to_array(enumerable)?;
+    let vals = if q.state.with(|s| s.max == 0) {
+        sys::raw(ary)
+    } else {
+        sys::ary_private_copy(ary)?
+    };
+    let r = f(vals);
+    sys::gc_guard(vals);
+    sys::gc_guard(sys::raw(ary));
     r
 }
 
 /// `push_all(enumerable)`: see `Queue::push_values`.
 fn push_all(rb_self: Value, enumerable: Value) -> Result<Value, Error> {
     let q = Queue::get(&rb_self)?;
-    with_values(enumerable, |vals| q.push_values(rb_self, vals, true, None))
+    with_values(q, enumerable, |vals| {
+        q.push_values(rb_self, vals, true, None)
+    })
 }
 
 /// `pop_batch(max, non_block = false, timeout: nil)`.

@@ -68,7 +68,7 @@ fn push_all(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let q = Queue::get(&rb_self)?;
     let args = scan_args::<(Value,), (Option<Value>,), (), (), RHash, ()>(args)?;
     let (non_block, timeout) = queue::block_and_timeout(args.optional.0, args.keywords)?;
-    queue::with_values(args.required.0, |vals| {
+    queue::with_values(q, args.required.0, |vals| {
         q.push_values(rb_self, vals, !non_block, timeout)
     })
 }

@@ -226,6 +226,27 @@ pub fn ary_entry(ary: VALUE, i: usize) -> VALUE {
     unsafe { rb_sys::rb_ary_entry(ary, i as _) }
 }
 
+/// Appends `ary[from, k]` to `items` in one copy. Neither allocates in
+/// Ruby nor calls Ruby code, so the elements cannot change or move
+/// meanwhile; `ary` must have at least `from + k` elements.
+pub fn ary_extend_from(ary: VALUE, from: usize, k: usize, items: &mut VecDeque<VALUE>) {
+    // SAFETY: `ary` is a live T_ARRAY with at least `from + k` elements
+    // (contract above), read without any Ruby call in between.
+    let all = unsafe { std::slice::from_raw_parts(rb_sys::RARRAY_CONST_PTR(ary), ary_len(ary)) };
+    items.extend(&all[from..from + k]);
+}
+
+/// The write barrier for storing `ary[from, k]` into `parent` (after
+/// `ary_extend_from`; same contract).
+pub fn write_barrier_from(parent: VALUE, ary: VALUE, from: usize, k: usize) {
+    // SAFETY: as in `ary_extend_from`; the barrier neither allocates nor
+    // calls Ruby code.
+    let all = unsafe { std::slice::from_raw_parts(rb_sys::RARRAY_CONST_PTR(ary), ary_len(ary)) };
+    all[from..from + k]
+        .iter()
+        .for_each(|&v| write_barrier(parent, v));
+}
+
 /// Puts the elements of `ary` back at the front of `items`, in order (a
 /// batch taken by `ary_take_front` that could not be handed out).
 pub fn ary_put_back_front(ary: VALUE, items: &mut VecDeque<VALUE>) {
