@@ -457,6 +457,37 @@ class BatchSelectTest < RapidThreadTest
     assert_equal [a, :parent], selector.value
   end
 
+  def test_fork_forgets_batch_waiters_and_keeps_items
+    skip "fork unavailable" unless Process.respond_to?(:fork)
+    q = Q.new
+    sq = SQ.new(1)
+    sq << :full
+    popper = spawn_thread { q.pop_batch(3) }
+    pusher = spawn_thread { sq.push_all(%i[a b]) }
+    wait_until { q.num_waiting == 1 && sq.num_waiting == 1 }
+    r, w = IO.pipe
+    pid = fork do
+      r.close
+      report = [q.num_waiting, sq.num_waiting, q.push_all([1, 2]).pop_batch(5), sq.pop_batch(5)]
+      t = Thread.new { q.pop_batch(2) }
+      Thread.pass until q.num_waiting == 1
+      q.push_all(%i[x y z])
+      report << t.value << sq.push_all([:c]).pop_batch(2)
+      w.write Marshal.dump(report)
+      w.close
+      exit!(0)
+    end
+    w.close
+    report = Marshal.load(r.read)
+    Process.wait(pid)
+    assert_equal [0, 0, [1, 2], [:full], %i[x y], [:c]], report
+    assert_equal [1, 1], [q.num_waiting, sq.num_waiting], "the parent's waiters are unaffected"
+    q.push_all(%i[p q])
+    assert_equal %i[p q], popper.value
+    assert_equal %i[full a b], Array.new(3) { sq.pop }
+    assert_same sq, pusher.value
+  end
+
   def test_select_with_a_fiber_scheduler
     a = Q.new
     b = Q.new
