@@ -292,13 +292,20 @@ impl Queue {
                     if wake_pushers {
                         if let Err(e) = wait::wake_n(&self.state, pushers, taken) {
                             // The batch goes back rather than down with the
-                            // error (the pushers woken find no room and
-                            // wait again).
+                            // error (pushers woken meanwhile may have filled
+                            // the room: the queue can then hold more than
+                            // max for a while; those woken later find no
+                            // room and wait again). Ruby code ran in the
+                            // wake-up, so a popper may have parked on the
+                            // empty queue since: wake as many as there are
+                            // items back, the error staying the one raised.
                             self.state
                                 .with(|s| sys::ary_put_back_front(ary, &mut s.items));
                             (0..taken).for_each(|i| sys::write_barrier(me, sys::ary_entry(ary, i)));
                             sys::gc_guard(ary);
-                            return Err(e);
+                            return Err(wait::after_error(e, || {
+                                wait::wake_n(&self.state, poppers, taken).map(drop)
+                            }));
                         }
                     }
                     return Ok(sys::value(ary));

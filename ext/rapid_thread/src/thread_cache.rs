@@ -232,8 +232,8 @@ fn dispatch() -> Result<(), Error> {
 /// caller may be inside `Thread.handle_interrupt(Object => :never)`.
 ///
 /// Also restarts the monitor when workers are wanted but it is gone (it
-/// was killed, e.g. by a stray Thread#kill), so wanted workers are never
-/// left waiting for the next spawn.
+/// was killed, e.g. by a stray Thread#kill), so a spawn or join never
+/// leaves wanted workers waiting for a monitor.
 fn ensure_progress() -> Result<(), Error> {
     if !with(Pool::has_pending) {
         return Ok(());
@@ -467,7 +467,12 @@ impl Drop for Live {
             if self.starting {
                 p.starting -= 1;
             }
-            let stranded = p.has_pending() && p.idle.is_empty() && p.starting == 0 && p.wanted == 0;
+            // `waiting`, not `is_empty`: a worker woken but not yet run is
+            // off the list and will take the task. (With the monitor gone,
+            // killed by a stray Thread#kill, `wanted` waits for the next
+            // spawn or join: creating a thread here could run Ruby code.)
+            let stranded =
+                p.has_pending() && p.idle.waiting() == 0 && p.starting == 0 && p.wanted == 0;
             if stranded {
                 p.wanted += 1;
             }
