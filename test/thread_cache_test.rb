@@ -398,7 +398,12 @@ class ThreadCacheTest < RapidThreadTest
     workers = burst(16)
     assert_equal 16, workers.size
     used = Array.new(40) { RapidThread.spawn { Thread.current }.value }.uniq
-    assert_operator used.size, :<=, 4, "sequential work spread over #{used.size} workers"
+    # Mostly one or two workers. When the spawner runs before the worker
+    # that just finished is back on the idle list, the newest idle worker is
+    # woken; the finishing one usually takes the task itself, and the woken
+    # one goes back as the newest (under GC.stress that spread the work
+    # over 5). FIFO wakes all 16 in turn.
+    assert_operator used.size, :<=, 8, "sequential work spread over #{used.size} workers"
   end
 
   def test_after_a_burst_the_cache_shrinks_under_steady_load
