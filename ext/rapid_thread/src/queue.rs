@@ -243,16 +243,15 @@ impl Queue {
                 Put::NotInitialized => return Err(errors::not_initialized(rb_self)),
                 Put::Closed => return Err(errors::closed_queue()),
                 Put::Full(closed) => {
-                    if first {
-                        first = false;
-                        if !should_block {
-                            return Err(errors::thread_error("queue full"));
-                        }
-                        if timeout == Some(Duration::ZERO) {
-                            return Ok(sys::value(sys::QNIL));
-                        }
-                    } else if deadline.is_some_and(|d| Instant::now() >= d) {
-                        return Ok(sys::value(sys::QNIL));
+                    let stop = instead_of_waiting(
+                        &mut first,
+                        should_block,
+                        timeout,
+                        deadline,
+                        "queue full",
+                    );
+                    if let Some(r) = stop {
+                        return r;
                     }
                     if closed {
                         return Err(errors::closed_queue());
@@ -301,7 +300,7 @@ impl Queue {
                             // items back, the error staying the one raised.
                             self.state
                                 .with(|s| sys::ary_put_back_front(ary, &mut s.items));
-                            (0..taken).for_each(|i| sys::write_barrier(me, sys::ary_entry(ary, i)));
+                            sys::write_barrier_from(me, ary, 0, taken);
                             sys::gc_guard(ary);
                             return Err(wait::after_error(e, || {
                                 wait::wake_n(&self.state, poppers, taken).map(drop)
@@ -311,16 +310,10 @@ impl Queue {
                     return Ok(sys::value(ary));
                 }
             }
-            if first {
-                first = false;
-                if !should_block {
-                    return Err(errors::thread_error("queue empty"));
-                }
-                if timeout == Some(Duration::ZERO) {
-                    return Ok(sys::value(sys::QNIL));
-                }
-            } else if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(sys::value(sys::QNIL));
+            let stop =
+                instead_of_waiting(&mut first, should_block, timeout, deadline, "queue empty");
+            if let Some(r) = stop {
+                return r;
             }
             if self.state.with(|s| s.closed) {
                 return Ok(sys::value(sys::QNIL));
@@ -354,6 +347,7 @@ impl Queue {
         let deadline = wait::deadline_after(timeout);
         let n = sys::ary_len(vals);
         let mut done = 0;
+        let mut first = true;
         loop {
             let put = self.state.with(|s| {
                 let s = s.fresh();
@@ -388,13 +382,15 @@ impl Queue {
                     }
                 }
                 Put::Full(closed) => {
-                    if !should_block {
-                        return Err(errors::thread_error("queue full"));
-                    }
-                    if timeout == Some(Duration::ZERO)
-                        || deadline.is_some_and(|d| Instant::now() >= d)
-                    {
-                        return Ok(sys::value(sys::QNIL));
+                    let stop = instead_of_waiting(
+                        &mut first,
+                        should_block,
+                        timeout,
+                        deadline,
+                        "queue full",
+                    );
+                    if let Some(r) = stop {
+                        return r;
                     }
                     if closed {
                         return Err(errors::closed_queue());
@@ -419,6 +415,31 @@ impl Queue {
             })
             .ok_or_else(|| errors::not_initialized(rb_self))
     }
+}
+
+/// What a blocking operation does when it cannot proceed, before it waits
+/// (Ruby 3.2's `queue_do_pop` / `rb_szqueue_push`): on the first try,
+/// `non_block` raises ThreadError `refusal` ("queue empty" / "queue full")
+/// and `timeout: 0` returns nil; after a wait, an expired deadline returns
+/// nil. None: wait (again).
+fn instead_of_waiting(
+    first: &mut bool,
+    should_block: bool,
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
+    refusal: &'static str,
+) -> Option<Result<Value, Error>> {
+    if std::mem::replace(first, false) {
+        if !should_block {
+            return Some(Err(errors::thread_error(refusal)));
+        }
+        if timeout == Some(Duration::ZERO) {
+            return Some(Ok(sys::value(sys::QNIL)));
+        }
+    } else if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Some(Ok(sys::value(sys::QNIL)));
+    }
+    None
 }
 
 /// Parses `(non_block = false, timeout: nil)` as Ruby 3.2 does.

@@ -42,15 +42,7 @@ pub fn enlisted<S, R>(
 ) -> Result<R, Error> {
     let w = Waiter::current(blocker);
     let result = sys::while_enlisted(cell, list, &w, || wait(&w));
-    if let Err(e) = result {
-        if w.signaled() && cell.with(worth_passing_on) {
-            // The error that ended this wait (a kill, say) stays the one
-            // raised unless passing the wake-up on met a more urgent one.
-            return Err(after_error(e, || wake_one(cell, list)));
-        }
-        return Err(e);
-    }
-    result
+    result.map_err(|e| passed_on(e, w.signaled(), cell, list, worth_passing_on))
 }
 
 /// Blocks the current thread (or fiber) on the list chosen by `list` until
@@ -86,24 +78,28 @@ pub fn park_any<S>(
     let (result, woken_by) =
         sys::while_enlisted_on_each(&head, cells, list, || block(&head, deadline, false));
     match (result, woken_by) {
-        (Err(e), Some(i)) => Err(after_error(e, || pass_on(cells[i], list, worth_passing_on))),
+        (Err(e), Some(i)) => Err(passed_on(e, true, cells[i], list, worth_passing_on)),
         (Err(e), None) => Err(e),
         (Ok(()), woken_by) => Ok(woken_by),
     }
 }
 
-/// Hands a wake-up this thread received and will not use to the next
-/// waiter of the list, when `worth_passing_on` says there is still
-/// something to take.
-fn pass_on<S>(
+/// The error `e` ended a wait. If that wait had been woken through the
+/// list (`woken`) and `worth_passing_on` says there is still something to
+/// take, the wake-up goes to the next waiter. The error that ended the
+/// wait (a kill, say) stays the one raised unless passing the wake-up on
+/// met a more urgent one.
+fn passed_on<S>(
+    e: Error,
+    woken: bool,
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
     worth_passing_on: fn(&mut S) -> bool,
-) -> Result<(), Error> {
-    if cell.with(worth_passing_on) {
-        wake_one(cell, list)
+) -> Error {
+    if woken && cell.with(worth_passing_on) {
+        after_error(e, || wake_one(cell, list))
     } else {
-        Ok(())
+        e
     }
 }
 

@@ -230,19 +230,22 @@ pub fn ary_entry(ary: VALUE, i: usize) -> VALUE {
 /// Ruby nor calls Ruby code, so the elements cannot change or move
 /// meanwhile; `ary` must have at least `from + k` elements.
 pub fn ary_extend_from(ary: VALUE, from: usize, k: usize, items: &mut VecDeque<VALUE>) {
-    // SAFETY: `ary` is a live T_ARRAY with at least `from + k` elements
-    // (contract above), read without any Ruby call in between.
+    items.extend(ary_slice(ary, from, k));
+}
+
+/// `ary[from, k]` as a slice, for use before any Ruby call or allocation
+/// (see `ary_extend_from`); panics, not reads out of bounds, past the end.
+fn ary_slice<'a>(ary: VALUE, from: usize, k: usize) -> &'a [VALUE] {
+    // SAFETY: `ary` is a live T_ARRAY; the slice covers its current
+    // elements and is used before anything can change or move them.
     let all = unsafe { std::slice::from_raw_parts(rb_sys::RARRAY_CONST_PTR(ary), ary_len(ary)) };
-    items.extend(&all[from..from + k]);
+    &all[from..from + k]
 }
 
 /// The write barrier for storing `ary[from, k]` into `parent` (after
 /// `ary_extend_from`; same contract).
 pub fn write_barrier_from(parent: VALUE, ary: VALUE, from: usize, k: usize) {
-    // SAFETY: as in `ary_extend_from`; the barrier neither allocates nor
-    // calls Ruby code.
-    let all = unsafe { std::slice::from_raw_parts(rb_sys::RARRAY_CONST_PTR(ary), ary_len(ary)) };
-    all[from..from + k]
+    ary_slice(ary, from, k)
         .iter()
         .for_each(|&v| write_barrier(parent, v));
 }
