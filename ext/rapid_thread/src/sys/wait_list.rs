@@ -193,6 +193,8 @@ pub struct WaitList {
     /// Waiters registered and not yet returned (stock's `num_waiting`): a
     /// woken waiter stays counted until it has left its wait.
     waiting: usize,
+    /// Waiters on the list now (`waiting` less those handed out).
+    linked: usize,
     /// When `pop_front` or `pop_back` last handed out a waiter (a wake-up).
     last_wake: Option<Instant>,
 }
@@ -209,6 +211,7 @@ impl WaitList {
             head: ptr::null(),
             tail: ptr::null(),
             waiting: 0,
+            linked: 0,
             last_wake: None,
         }
     }
@@ -220,6 +223,12 @@ impl WaitList {
 
     pub fn waiting(&self) -> usize {
         self.waiting
+    }
+
+    /// Waiters taken off the list (woken, or passed over as members of a
+    /// woken group) that have not left their wait yet.
+    pub fn handed_out(&self) -> usize {
+        self.waiting.saturating_sub(self.linked)
     }
 
     /// Seeds when the list last woke someone, for a new list that stands
@@ -244,6 +253,7 @@ impl WaitList {
         }
         self.tail = w;
         w.linked.set(true);
+        self.linked += 1;
         w.fork_gen.set(fork_generation());
         w.list_last_wake.set(self.last_wake);
         // A group is as active as the most active of its lists.
@@ -270,6 +280,7 @@ impl WaitList {
         w.prev.set(ptr::null());
         w.next.set(ptr::null());
         w.linked.set(false);
+        self.linked -= 1;
     }
 
     /// Removes and returns the longest waiter. It stays alive until the
