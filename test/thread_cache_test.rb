@@ -333,9 +333,9 @@ class ThreadCacheTest < RapidThreadTest
     out, err, status = run_ruby(<<~'RUBY')
       w = RapidThread.spawn { Thread.current }.value
       Thread.pass until w.stop? && RapidThread.cache_stats[:idle] == 1
-      # The monitor stops ticking once it sees nothing pending; no state
-      # shows when it has, so give it that moment.
-      sleep 0.05
+      # Until the monitor has stopped ticking (nothing pending): the task
+      # must not owe its start to a tick.
+      Thread.pass until RapidThread.__monitor_dormant_for_tests
       ran = false
       RapidThread.spawn { ran = true }
       w.kill # before w (woken for the task) has run again

@@ -59,6 +59,8 @@ pub struct Pool {
     monitor: VALUE,
     /// The monitor is in a sleep (timed or not) that a wake-up ends.
     monitor_sleeping: bool,
+    /// ... in an untimed sleep: nothing was pending (for a test).
+    monitor_dormant: bool,
     /// Workers that spawn / join asked the monitor to start.
     wanted: usize,
     spawned: u64,
@@ -83,6 +85,7 @@ impl Pool {
             live: 0,
             monitor: QNIL,
             monitor_sleeping: false,
+            monitor_dormant: false,
             wanted: 0,
             spawned: 0,
             reused: 0,
@@ -380,9 +383,15 @@ fn monitor_body() -> Option<i32> {
         } else {
             None
         };
-        with(|p| p.monitor_sleeping = true);
+        with(|p| {
+            p.monitor_sleeping = true;
+            p.monitor_dormant = nap.is_none();
+        });
         let slept = sys::ruby_sleep(nap);
-        with(|p| p.monitor_sleeping = false);
+        with(|p| {
+            p.monitor_sleeping = false;
+            p.monitor_dormant = false;
+        });
         if let Err(e) = slept {
             match jump_tag(&e) {
                 Some(tag) => return Some(monitor_exit(tag)),
@@ -412,6 +421,7 @@ fn monitor_exit(tag: i32) -> i32 {
         if p.monitor == me {
             p.monitor = QNIL;
             p.monitor_sleeping = false;
+            p.monitor_dormant = false;
         }
     });
     tag
@@ -887,6 +897,12 @@ fn set_max_idle(n: i64) -> Result<i64, Error> {
     Ok(n)
 }
 
+/// Whether the monitor sleeps untimed (nothing pending): no tick of its
+/// will start a worker until it is woken.
+fn monitor_dormant() -> bool {
+    with(|p| p.monitor_dormant)
+}
+
 fn cache_stats(ruby: &Ruby) -> Result<RHash, Error> {
     let (spawned, reused, created, idle, live, busy, peak, pending) = with(|p| {
         (
@@ -927,5 +943,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     module.define_singleton_method("max_idle", function!(max_idle, 0))?;
     module.define_singleton_method("max_idle=", function!(set_max_idle, 1))?;
     module.define_singleton_method("cache_stats", function!(cache_stats, 0))?;
+    // For a test that needs the monitor out of the way (not ticking).
+    module.define_singleton_method("__monitor_dormant_for_tests", function!(monitor_dormant, 0))?;
     Ok(())
 }
