@@ -389,7 +389,7 @@ fn status(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
         Phase::Pending => ruby.str_new("run").as_value(),
         Phase::Running => {
             let t = task.running_thread().unwrap_or(QNIL);
-            sys::value(sys::funcall(t, c"status", &[])?)
+            sys::value(sys::funcall(t, sys::name!(c"status"), &[])?)
         }
         Phase::Finished | Phase::Killed => ruby.qfalse().as_value(),
         Phase::Raised => ruby.qnil().as_value(),
@@ -413,7 +413,7 @@ fn kill(rb_self: Value) -> Result<Value, Error> {
         }
         Phase::Running => {
             if let Some(t) = task.running_thread() {
-                sys::funcall(t, c"kill", &[])?;
+                sys::funcall(t, sys::name!(c"kill"), &[])?;
             }
         }
         _ => {}
@@ -445,7 +445,7 @@ fn raise_m(rb_self: Value, args: RArray) -> Result<Value, Error> {
         Phase::Running => {
             if let Some(t) = task.running_thread() {
                 let argv: Vec<VALUE> = args.into_iter().map(sys::raw).collect();
-                sys::funcall(t, c"raise", &argv)?;
+                sys::funcall(t, sys::name!(c"raise"), &argv)?;
             }
         }
         _ => {}
@@ -456,7 +456,7 @@ fn raise_m(rb_self: Value, args: RArray) -> Result<Value, Error> {
 fn name(rb_self: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
     if let Some(t) = task.running_thread() {
-        return Ok(sys::value(sys::funcall(t, c"name", &[])?));
+        return Ok(sys::value(sys::funcall(t, sys::name!(c"name"), &[])?));
     }
     Ok(sys::value(task.name()))
 }
@@ -466,12 +466,12 @@ fn set_name(rb_self: Value, name: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
     task.set_name(sys::raw(rb_self), sys::raw(name));
     if let Some(t) = task.running_thread() {
-        sys::funcall(t, c"name=", &[sys::raw(name)])?;
+        sys::funcall(t, sys::name!(c"name="), &[sys::raw(name)])?;
     }
     Ok(name)
 }
 
-fn flag(rb_self: Value, getter: &'static std::ffi::CStr, report: bool) -> Result<bool, Error> {
+fn flag(rb_self: Value, getter: &'static sys::Name, report: bool) -> Result<bool, Error> {
     let task = Task::get(&rb_self)?;
     if let Some(t) = task.running_thread() {
         return Ok(sys::value(sys::funcall(t, getter, &[])?).to_bool());
@@ -487,7 +487,7 @@ fn flag(rb_self: Value, getter: &'static std::ffi::CStr, report: bool) -> Result
 
 fn set_flag(
     rb_self: Value,
-    setter: &'static std::ffi::CStr,
+    setter: &'static sys::Name,
     report: bool,
     v: Value,
 ) -> Result<Value, Error> {
@@ -507,19 +507,19 @@ fn set_flag(
 }
 
 fn report_on_exception(rb_self: Value) -> Result<bool, Error> {
-    flag(rb_self, c"report_on_exception", true)
+    flag(rb_self, sys::name!(c"report_on_exception"), true)
 }
 
 fn set_report_on_exception(rb_self: Value, v: Value) -> Result<Value, Error> {
-    set_flag(rb_self, c"report_on_exception=", true, v)
+    set_flag(rb_self, sys::name!(c"report_on_exception="), true, v)
 }
 
 fn abort_on_exception(rb_self: Value) -> Result<bool, Error> {
-    flag(rb_self, c"abort_on_exception", false)
+    flag(rb_self, sys::name!(c"abort_on_exception"), false)
 }
 
 fn set_abort_on_exception(rb_self: Value, v: Value) -> Result<Value, Error> {
-    set_flag(rb_self, c"abort_on_exception=", false, v)
+    set_flag(rb_self, sys::name!(c"abort_on_exception="), false, v)
 }
 
 /// Thread#backtrace: the worker's while the block runs (only the block's
@@ -533,13 +533,13 @@ fn backtrace(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error
     if task.phase() != Phase::Running {
         // Thread#backtrace checks its arguments whatever the thread's
         // state: run the same checks on the current thread.
-        sys::funcall(sys::current_thread(), c"backtrace", &argv)?;
+        sys::funcall(sys::current_thread(), sys::name!(c"backtrace"), &argv)?;
     }
     Ok(match task.phase() {
         Phase::Pending => ruby.ary_new().as_value(),
         Phase::Running => {
             let t = task.running_thread().unwrap_or(QNIL);
-            sys::value(sys::funcall(t, c"backtrace", &argv)?)
+            sys::value(sys::funcall(t, sys::name!(c"backtrace"), &argv)?)
         }
         _ => ruby.qnil().as_value(),
     })

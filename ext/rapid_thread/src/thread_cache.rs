@@ -206,7 +206,7 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     let args = ruby.ary_new_from_values(args);
     let report = sys::value(sys::funcall(
         sys::raw(ruby.class_thread().as_value()),
-        c"report_on_exception",
+        sys::name!(c"report_on_exception"),
         &[],
     )?)
     .to_bool();
@@ -295,7 +295,7 @@ fn any_busy_runnable() -> Result<bool, Error> {
     let mut i = 0;
     while let Some(t) = with(|p| p.busy.get(i).copied()) {
         i += 1;
-        if t != me && !sys::value(sys::funcall(t, c"stop?", &[])?).to_bool() {
+        if t != me && !sys::value(sys::funcall(t, sys::name!(c"stop?"), &[])?).to_bool() {
             return Ok(true);
         }
     }
@@ -334,7 +334,7 @@ fn arm_monitor() -> Result<(), Error> {
         let ruby = Ruby::get().expect("a Ruby thread");
         sys::funcall(
             t,
-            c"name=",
+            sys::name!(c"name="),
             &[sys::raw(ruby.str_new(MONITOR_NAME).as_value())],
         )?;
     } else if sleeping {
@@ -766,7 +766,11 @@ fn run(obj: VALUE, me: VALUE, live: &mut Live) -> After {
             global_abort()
         };
         if aftermath.take(to_main) == Some(true) {
-            aftermath.take(sys::funcall(sys::main_thread(), c"raise", &[exc]));
+            aftermath.take(sys::funcall(
+                sys::main_thread(),
+                sys::name!(c"raise"),
+                &[exc],
+            ));
         }
     }
     aftermath.after()
@@ -788,7 +792,12 @@ fn is_system_exit(exc: VALUE) -> bool {
 fn global_abort() -> Result<bool, Error> {
     let ruby = Ruby::get().expect("a Ruby thread");
     let thread = sys::raw(ruby.class_thread().as_value());
-    let abort = sys::value(sys::funcall(thread, c"abort_on_exception", &[])?).to_bool();
+    let abort = sys::value(sys::funcall(
+        thread,
+        sys::name!(c"abort_on_exception"),
+        &[],
+    )?)
+    .to_bool();
     Ok(abort || sys::value(sys::global_variable(c"$DEBUG")).to_bool())
 }
 
@@ -797,32 +806,43 @@ fn prepare_thread(me: VALUE, start: &crate::task::Start) -> Result<(), Error> {
     let ruby = Ruby::get().expect("a Ruby thread");
     let t = |b: bool| sys::raw(ruby.into_value(b));
     if start.name != QNIL {
-        sys::funcall(me, c"name=", &[start.name])?;
+        sys::funcall(me, sys::name!(c"name="), &[start.name])?;
     }
-    sys::funcall(me, c"report_on_exception=", &[t(start.report_on_exception)])?;
-    sys::funcall(me, c"abort_on_exception=", &[t(start.abort_on_exception)])?;
+    sys::funcall(
+        me,
+        sys::name!(c"report_on_exception="),
+        &[t(start.report_on_exception)],
+    )?;
+    sys::funcall(
+        me,
+        sys::name!(c"abort_on_exception="),
+        &[t(start.abort_on_exception)],
+    )?;
     Ok(())
 }
 
 /// The worker's exception flags when the block ended.
 fn thread_flags(me: VALUE) -> Result<(bool, bool), Error> {
     let get = |name| sys::funcall(me, name, &[]).map(|v| sys::value(v).to_bool());
-    Ok((get(c"report_on_exception")?, get(c"abort_on_exception")?))
+    Ok((
+        get(sys::name!(c"report_on_exception"))?,
+        get(sys::name!(c"abort_on_exception"))?,
+    ))
 }
 
 /// Leaves nothing of the block on the worker: fiber-locals, thread
 /// variables and its name go, so the next block starts fresh and an idle
 /// worker keeps no user object alive.
 fn clean_thread(me: VALUE) -> Result<(), Error> {
-    let keys = sys::funcall(me, c"keys", &[])?;
+    let keys = sys::funcall(me, sys::name!(c"keys"), &[])?;
     if let Some(keys) = magnus::RArray::from_value(sys::value(keys)) {
         for k in keys.into_iter() {
-            sys::funcall(me, c"[]=", &[sys::raw(k), QNIL])?;
+            sys::funcall(me, sys::name!(c"[]="), &[sys::raw(k), QNIL])?;
         }
     }
     sys::clear_thread_variables(me);
-    if sys::funcall(me, c"name", &[])? != QNIL {
-        sys::funcall(me, c"name=", &[QNIL])?;
+    if sys::funcall(me, sys::name!(c"name"), &[])? != QNIL {
+        sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
     }
     Ok(())
 }
@@ -836,7 +856,7 @@ fn report_exception(me: VALUE, task: &Task, exc: VALUE) -> Result<(), Error> {
     let module = ruby.class_object().const_get::<_, RModule>("RapidThread")?;
     sys::funcall(
         sys::raw(module.as_value()),
-        c"__report_exception",
+        sys::name!(c"__report_exception"),
         &[sys::raw(ruby.str_new(&header).as_value()), exc],
     )?;
     Ok(())
@@ -846,14 +866,14 @@ fn report_exception(me: VALUE, task: &Task, exc: VALUE) -> Result<(), Error> {
 /// task's block: the worker's address and name, the block's location.
 fn thread_to_s(me: VALUE, task: &Task) -> Result<String, Error> {
     let mut s = format!("#<Thread:{:#018x}", me);
-    let name = sys::funcall(me, c"name", &[])?;
+    let name = sys::funcall(me, sys::name!(c"name"), &[])?;
     if name != QNIL {
         s.push('@');
         s.push_str(&String::try_convert(sys::value(name))?);
     }
     let block = task.block();
     if block != QNIL {
-        let loc = sys::funcall(block, c"source_location", &[])?;
+        let loc = sys::funcall(block, sys::name!(c"source_location"), &[])?;
         if let Ok((file, line)) = <(String, i64)>::try_convert(sys::value(loc)) {
             s.push_str(&format!(" {}:{}", file, line));
         }

@@ -127,10 +127,7 @@ unsafe extern "C" fn relock_block(
 /// responds to `sleep`).
 pub fn call_sleep(m: VALUE, timeout: VALUE) -> Result<VALUE, Error> {
     // SAFETY: a method call that may raise; caught by protect.
-    protect(|| unsafe {
-        let id = rb_sys::rb_intern(c"sleep".as_ptr());
-        rb_sys::rb_funcallv(m, id, 1, &timeout)
-    })
+    protect(|| unsafe { rb_sys::rb_funcallv(m, name!(c"sleep").id(), 1, &timeout) })
 }
 
 /// `rb_obj_class(v)`.

@@ -3,6 +3,7 @@
 use std::ffi::c_void;
 
 use std::ffi::CStr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use magnus::rb_sys::protect;
 use magnus::Error;
@@ -158,14 +159,54 @@ pub fn close_fiber_scheduler() -> Result<(), Error> {
     Ok(())
 }
 
+/// A method (or ivar) name and its ID, interned on first use: `rb_intern`
+/// hashes the name and looks it up in the symbol table, about 700
+/// instructions on 3.1, and a cached worker made eight such calls per task
+/// (a quarter of its work). Made by [`name!`], one static per call site.
+pub struct Name {
+    name: &'static CStr,
+    /// The ID once interned, 0 before (no name interns to 0). Racing
+    /// first uses store the same ID.
+    id: AtomicUsize,
+}
+
+impl Name {
+    pub const fn new(name: &'static CStr) -> Name {
+        Name {
+            name,
+            id: AtomicUsize::new(0),
+        }
+    }
+
+    pub fn id(&self) -> rb_sys::ID {
+        match self.id.load(Ordering::Relaxed) {
+            0 => {
+                // SAFETY: interning a NUL-terminated static name; the ID
+                // of a name interned this way is never freed.
+                let id = unsafe { rb_sys::rb_intern(self.name.as_ptr()) };
+                self.id.store(id as usize, Ordering::Relaxed);
+                id
+            }
+            id => id as rb_sys::ID,
+        }
+    }
+}
+
+/// `name!(c"keys")`: a `&'static Name` interned once for this call site.
+macro_rules! name {
+    ($name:literal) => {{
+        static NAME: $crate::sys::Name = $crate::sys::Name::new($name);
+        &NAME
+    }};
+}
+pub(crate) use name;
+
 /// `recv.name(*args)`, protected.
-pub fn funcall(recv: VALUE, name: &std::ffi::CStr, args: &[VALUE]) -> Result<VALUE, Error> {
+pub fn funcall(recv: VALUE, name: &Name, args: &[VALUE]) -> Result<VALUE, Error> {
+    let id = name.id();
     // SAFETY: a method call that may raise; caught by protect. `args`
     // outlives the call.
-    protect(|| unsafe {
-        let id = rb_sys::rb_intern(name.as_ptr());
-        rb_sys::rb_funcallv(recv, id, args.len() as _, args.as_ptr())
-    })
+    protect(|| unsafe { rb_sys::rb_funcallv(recv, id, args.len() as _, args.as_ptr()) })
 }
 
 /// The value of a global variable such as `$DEBUG` (`rb_gv_get`; reading
@@ -182,7 +223,7 @@ pub fn clear_thread_variables(thread: VALUE) {
     // an unset one. rb_hash_clear on an unfrozen Hash does not raise, and
     // a frozen one is left alone.
     unsafe {
-        let locals = rb_sys::rb_ivar_get(thread, rb_sys::rb_intern(c"locals".as_ptr()));
+        let locals = rb_sys::rb_ivar_get(thread, name!(c"locals").id());
         if !special_const(locals)
             && rb_sys::RB_BUILTIN_TYPE(locals) == ruby_value_type::RUBY_T_HASH
             && rb_sys::rb_obj_frozen_p(locals) == rb_sys::special_consts::Qfalse as VALUE
@@ -231,7 +272,7 @@ pub(super) fn handle_interrupt(mask: &CStr, block: BlockFn, data: VALUE) -> Resu
         rb_sys::rb_hash_aset(h, rb_sys::rb_cObject, sym);
         rb_sys::rb_block_call(
             rb_sys::rb_cThread,
-            rb_sys::rb_intern(c"handle_interrupt".as_ptr()),
+            name!(c"handle_interrupt").id(),
             1,
             &h,
             Some(block),
