@@ -398,12 +398,12 @@ class ThreadCacheTest < RapidThreadTest
     workers = burst(16)
     assert_equal 16, workers.size
     used = Array.new(40) { RapidThread.spawn { Thread.current }.value }.uniq
-    # One worker, two at most. The spawner can run before the worker that
-    # just finished is back on the idle list; the gem then wakes nobody
-    # (that worker is on its way, `Pool::coming`): a wake-up there went to
-    # the newest idle worker, which found its task taken and became the
-    # newest itself, and under GC.stress work spread over 5 to 10 workers.
-    # FIFO wakes all 16 in turn.
+    # One worker, two at most: when the spawner runs before the worker
+    # that just finished is back on the idle list, the newest idle worker
+    # is woken, finds the task taken and comes back as the newest. Under
+    # GC.stress this spread the work over 5 to 10 workers while idle
+    # workers whose time was up took tasks (they leave them now). FIFO
+    # wakes all 16 in turn.
     assert_operator used.size, :<=, 4, "sequential work spread over #{used.size} workers"
   end
 
@@ -421,6 +421,20 @@ class ThreadCacheTest < RapidThreadTest
     # woken for it and ends. (Taking it kept the worker for another
     # idle_timeout: every burst worker took its turn as its time came.)
     assert_operator used.size, :<=, 4, "the steady load ran on #{used.size} workers"
+  ensure
+    RapidThread.idle_timeout = 3
+  end
+
+  # With no idle time at all, every worker's time is up the moment it
+  # looks for work: one started or woken for a task must still take it.
+  def test_blocks_run_with_a_zero_idle_timeout
+    RapidThread.idle_timeout = 0
+    assert_equal (1..50).to_a, (1..50).map { |i| RapidThread.spawn(i) { |x| x }.value }
+    q = Thread::Queue.new
+    tasks = Array.new(8) { |i| RapidThread.spawn(i) { |x| q.pop + x } }
+    wait_until { tasks.all? { |t| t.status == "sleep" } }
+    8.times { q << 10 }
+    assert_equal (10..17).to_a, tasks.map(&:value)
   ensure
     RapidThread.idle_timeout = 3
   end

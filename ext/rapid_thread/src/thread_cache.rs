@@ -51,9 +51,6 @@ pub struct Pool {
     busy: Vec<VALUE>,
     /// Workers created that have not reached the pool yet.
     starting: usize,
-    /// Workers whose task has finished (its joiners woken) and that have
-    /// not looked at `pending` again yet.
-    returning: usize,
     /// Worker threads alive.
     live: usize,
     monitor: VALUE,
@@ -81,7 +78,6 @@ impl Pool {
             idle: WaitList::new(),
             busy: Vec::new(),
             starting: 0,
-            returning: 0,
             live: 0,
             monitor: QNIL,
             monitor_sleeping: false,
@@ -124,23 +120,16 @@ impl Pool {
         false
     }
 
-    /// Workers sure to look at `pending` soon, before they could park or
-    /// run user code: starting, returning from a task, or woken off the
-    /// idle list and not yet back.
-    fn coming(&self) -> usize {
-        self.starting + self.returning + self.idle.handed_out()
-    }
-
     /// Whether an idle worker must be woken for the pending tasks: more
-    /// of them than workers coming anyway. Waking one when a worker that
-    /// just finished is about to take the task itself (the spawner ran
-    /// first) would be a wasted wake-up, and the woken worker would then
-    /// go back to the idle list as its newest: the hot worker loses its
-    /// place and sequential work spreads over the cache.
+    /// of them than idle workers already woken and not back yet (each of
+    /// those takes a task when it runs, and one killed on the way hands
+    /// its wake-up on: `wait::enlisted`, `Live::drop`). A second wake-up
+    /// for the same task went to the next newest idle worker, which found
+    /// it taken and came back as the newest: work left the hot worker.
     fn must_wake_idle(&mut self) -> bool {
         // `len`, not `runnable_pending`: O(1) per spawn; a killed task
         // counted costs at most one wake-up.
-        !self.idle.is_empty() && self.has_pending() && self.pending.len() > self.coming()
+        !self.idle.is_empty() && self.has_pending() && self.pending.len() > self.idle.handed_out()
     }
 
     /// Pending tasks that still want to run (killed ones stay queued
@@ -239,18 +228,14 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     Ok(task.as_value())
 }
 
-/// Gets the pending tasks going: wakes the newest idle worker if the
-/// workers already on their way cannot take them all; otherwise has the
-/// monitor start one when no worker can take them, and arms the monitor.
+/// Gets the pending tasks going: wakes the newest idle worker unless the
+/// idle workers already woken cover them (`must_wake_idle`); otherwise has
+/// the monitor start one when no worker can take them, and arms the
+/// monitor (a safety net when woken workers cover the tasks).
 fn dispatch() -> Result<(), Error> {
     if with(Pool::must_wake_idle) {
         return wait::wake_newest(&POOL, idle);
     }
-    // Otherwise a worker is idle but others already on their way take the
-    // tasks (`must_wake_idle`; one killed on the way hands them on:
-    // `enlisted`, `Live::drop`), or none is idle. Either way the monitor
-    // ticks until they are taken, so a worker held up on its way back (a
-    // fiber scheduler's `unblock` that blocks) stalls nothing for long.
     ensure_progress()?;
     // The monitor ticks while tasks are pending.
     arm_monitor()
@@ -269,6 +254,11 @@ fn dispatch() -> Result<(), Error> {
 fn ensure_progress() -> Result<(), Error> {
     if !with(Pool::has_pending) {
         return Ok(());
+    }
+    // A join finds an idle worker nobody woke (the monitor that would
+    // have, on its tick, was killed): wake it.
+    if with(Pool::must_wake_idle) {
+        return wait::wake_newest(&POOL, idle);
     }
     if !can_progress()? {
         with(|p| p.wanted += 1);
@@ -451,8 +441,8 @@ fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Re
         n
     } else if since.elapsed() >= STALL {
         if with(|p| !p.idle.is_empty()) {
-            // The workers counted as on their way are held up: an idle
-            // one takes the task rather than a new thread.
+            // The idle workers woken for the tasks are held up: another
+            // idle one takes a task rather than a new thread.
             *since = Instant::now();
             return wait::wake_newest(&POOL, idle);
         }
@@ -491,8 +481,6 @@ struct Live {
     fork_gen: u64,
     /// Counted in `Pool::starting` (not at the pool yet).
     starting: bool,
-    /// Counted in `Pool::returning` (a task just finished).
-    returning: bool,
     /// Has run a task before (the next one is a reuse).
     ran: bool,
 }
@@ -514,18 +502,13 @@ impl Drop for Live {
             if self.starting {
                 p.starting -= 1;
             }
-            if self.returning {
-                p.returning -= 1;
-            }
+
             // `waiting`, not `is_empty`: a worker woken but not yet run is
             // off the list and will take the task. (With the monitor gone,
             // killed by a stray Thread#kill, `wanted` waits for the next
             // spawn or join: creating a thread here could run Ruby code.)
-            let stranded = p.has_pending()
-                && p.idle.waiting() == 0
-                && p.starting == 0
-                && p.returning == 0
-                && p.wanted == 0;
+            let stranded =
+                p.has_pending() && p.idle.waiting() == 0 && p.starting == 0 && p.wanted == 0;
             if stranded {
                 p.wanted += 1;
             }
@@ -542,7 +525,6 @@ fn worker_body() -> Option<i32> {
     let mut live = Live {
         fork_gen: sys::fork_generation(),
         starting: true,
-        returning: false,
         ran: false,
     };
     loop {
@@ -562,7 +544,7 @@ fn worker_body() -> Option<i32> {
                 None => continue,
             },
         };
-        if let After::End(tag) = run(task, me, &mut live) {
+        if let After::End(tag) = run(task, me) {
             return tag;
         }
         if sys::fork_generation() != live.fork_gen {
@@ -578,6 +560,9 @@ fn worker_body() -> Option<i32> {
 /// `max_idle` workers already idle).
 fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
     let idle_since = Instant::now();
+    // Whether the worker comes to `pending` sent (just started, back from
+    // a task, or woken by a wake-up) rather than by its idle timeout.
+    let mut sent = true;
     loop {
         // Re-read each time: a changed idle_timeout applies to waiting
         // workers too (the setter wakes them).
@@ -587,16 +572,14 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
             if std::mem::replace(&mut live.starting, false) {
                 p.starting -= 1;
             }
-            if std::mem::replace(&mut live.returning, false) {
-                p.returning -= 1;
-            }
-            // A worker whose idle time is up takes a task only if no other
-            // worker is on its way for it (`coming`). Otherwise it ends: a
-            // task taken would keep it for another idle_timeout, and under
-            // steady load each worker of a past burst would take its turn
-            // as its time came up, so the cache never shrank and work left
-            // the hot worker.
-            if p.has_pending() && (!expired || p.pending.len() > p.coming()) {
+            // A worker whose idle time ran out leaves pending tasks to the
+            // idle workers woken for them, and ends. Taking one kept it for
+            // another idle_timeout: under steady load each worker of a past
+            // burst took its turn as its time came, the cache never shrank
+            // and work left the hot worker. A worker that was sent always
+            // takes one (the woken ones are what this one counts on).
+            let leave_it = !sent && expired && p.pending.len() <= p.idle.handed_out();
+            if p.has_pending() && !leave_it {
                 let t = p.pending.pop_front();
                 p.busy.push(me);
                 p.started += 1;
@@ -613,7 +596,10 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
             Some(None) => return Ok(None),
             None => {}
         }
-        wait::park(&POOL, idle, QNIL, deadline, Pool::has_pending)?;
+        sent = wait::enlisted(&POOL, idle, QNIL, Pool::has_pending, |w| {
+            wait::block(w, deadline, false)?;
+            Ok(w.signaled())
+        })?;
     }
 }
 
@@ -695,7 +681,7 @@ fn leave_busy(me: VALUE) {
 
 /// Runs one task on this worker, as Thread.new runs its block, and says
 /// whether the worker goes on.
-fn run(obj: VALUE, me: VALUE, live: &mut Live) -> After {
+fn run(obj: VALUE, me: VALUE) -> After {
     let task = Task::of(obj);
     let start = task.start(obj, me);
     let mut guard = Unfinished {
@@ -752,10 +738,6 @@ fn run(obj: VALUE, me: VALUE, live: &mut Live) -> After {
     aftermath.take(clean_thread(me));
     leave_busy(me);
     guard.armed = false;
-    // From here the worker runs no user code before it looks at `pending`
-    // again, unless it ends (`Live::drop` then sees to pending tasks).
-    live.returning = true;
-    with(|p| p.returning += 1);
     aftermath.take(task.finish(obj, phase, result));
     if let Some(exc) = raised {
         // SystemExit always, other exceptions with abort_on_exception: the
