@@ -347,6 +347,37 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, false]\n", out
   end
 
+  # Two idle workers woken for two tasks; one is killed before it runs,
+  # with no idle worker left to pass its wake-up to. The other takes the
+  # first task, which blocks: the second must still start.
+  def test_a_task_survives_the_kill_of_a_woken_worker_with_nobody_idle
+    out, err, status = run_ruby(<<~'RUBY')
+      q = Thread::Queue.new
+      ts = Array.new(2) { RapidThread.spawn { q.pop; Thread.current } }
+      Thread.pass until ts.all? { |t| t.status == "sleep" }
+      # One at a time, so that the second is the newest idle worker.
+      q << 1
+      Thread.pass until (done = ts.find { |t| !t.alive? })
+      Thread.pass until done.value.stop? && RapidThread.cache_stats[:idle] == 1
+      q << 1
+      newest = (ts - [done]).first.value
+      Thread.pass until newest.stop? && RapidThread.cache_stats[:idle] == 2
+      Thread.pass until RapidThread.__monitor_dormant_for_tests
+      ran = false
+      first = RapidThread.spawn { q.pop } # wakes the newest first
+      RapidThread.spawn { ran = true }
+      newest.kill # before either woken worker has run again
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+      Thread.pass until ran || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      started = ran # before the first task ends (its worker would take it then)
+      q << 1
+      first.join
+      p [started, newest.alive?]
+    RUBY
+    assert status.success?, err
+    assert_equal "[true, false]\n", out
+  end
+
   def test_a_block_starts_even_when_others_run_forever
     stop = false
     passing = Array.new(3) { task { Thread.pass until stop } }

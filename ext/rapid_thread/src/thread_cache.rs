@@ -490,9 +490,10 @@ impl Drop for Live {
     /// that `dispatch` woke for a task and that was killed before taking
     /// it (dispatch does not arm the monitor when it wakes an idle worker)
     /// would otherwise leave the task waiting for the next spawn. When
-    /// nobody else can take pending tasks, one more worker is asked for
-    /// and the monitor woken (no Ruby code runs here: this may be a kill's
-    /// way out).
+    /// pending tasks outnumber the workers on their way, the monitor is
+    /// woken (its tick wakes an idle worker), and one more worker is asked
+    /// for if none is idle. No Ruby code runs here: this may be a kill's
+    /// way out.
     fn drop(&mut self) {
         if sys::fork_generation() != self.fork_gen {
             return;
@@ -503,13 +504,16 @@ impl Drop for Live {
                 p.starting -= 1;
             }
 
-            // `waiting`, not `is_empty`: a worker woken but not yet run is
-            // off the list and will take the task. (With the monitor gone,
-            // killed by a stray Thread#kill, `wanted` waits for the next
-            // spawn or join: creating a thread here could run Ruby code.)
-            let stranded =
-                p.has_pending() && p.idle.waiting() == 0 && p.starting == 0 && p.wanted == 0;
-            if stranded {
+            // On their way: idle workers woken and not back (each takes a
+            // task), workers starting and workers asked for. A woken worker
+            // killed before taking its task passed its wake-up to an idle
+            // one if any was left (`wait::enlisted`); this covers an empty
+            // list. (With the monitor gone, killed by a stray Thread#kill,
+            // a join wakes an idle worker or restarts the monitor; creating
+            // a thread here could run Ruby code.)
+            let coming = p.idle.handed_out() + p.starting + p.wanted;
+            let stranded = p.has_pending() && p.pending.len() > coming;
+            if stranded && p.idle.is_empty() {
                 p.wanted += 1;
             }
             (stranded && p.monitor != QNIL && p.monitor_sleeping).then_some(p.monitor)

@@ -178,6 +178,9 @@ impl Name {
         }
     }
 
+    /// Needs the GVL. Interning a name for the first time allocates (and
+    /// can raise NoMemoryError): call it inside `protect` unless the name
+    /// surely exists already.
     pub fn id(&self) -> rb_sys::ID {
         match self.id.load(Ordering::Relaxed) {
             0 => {
@@ -203,10 +206,9 @@ pub(crate) use name;
 
 /// `recv.name(*args)`, protected.
 pub fn funcall(recv: VALUE, name: &Name, args: &[VALUE]) -> Result<VALUE, Error> {
-    let id = name.id();
-    // SAFETY: a method call that may raise; caught by protect. `args`
-    // outlives the call.
-    protect(|| unsafe { rb_sys::rb_funcallv(recv, id, args.len() as _, args.as_ptr()) })
+    // SAFETY: a method call that may raise (interning a new name
+    // allocates); caught by protect. `args` outlives the call.
+    protect(|| unsafe { rb_sys::rb_funcallv(recv, name.id(), args.len() as _, args.as_ptr()) })
 }
 
 /// The value of a global variable such as `$DEBUG` (`rb_gv_get`; reading
