@@ -378,6 +378,35 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, false]\n", out
   end
 
+  # An exception raised in the spawner while spawn looks for a worker (here
+  # from a TracePoint on the `stop?` it calls on busy workers; in life a
+  # Thread#raise or Ctrl-C) leaves the task queued: it must still start,
+  # with no join and no later spawn to help it.
+  def test_a_task_queued_by_an_interrupted_spawn_still_starts
+    out, err, status = run_ruby(<<~'RUBY')
+      q = Thread::Queue.new
+      busy = RapidThread.spawn { q.pop }
+      Thread.pass until busy.status == "sleep"
+      Thread.pass until RapidThread.__monitor_dormant_for_tests
+      ran = false
+      main = Thread.current
+      tp = TracePoint.new(:c_call) do |t|
+        raise "interrupted" if t.method_id == :stop? && Thread.current == main
+      end
+      begin
+        tp.enable { RapidThread.spawn { ran = true; q << 1 } }
+      rescue RuntimeError => e
+        puts e.message
+      end
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+      Thread.pass until ran || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      p ran
+      busy.join(1) if ran
+    RUBY
+    assert status.success?, err
+    assert_equal "interrupted\ntrue\n", out
+  end
+
   def test_a_block_starts_even_when_others_run_forever
     stop = false
     passing = Array.new(3) { task { Thread.pass until stop } }

@@ -229,16 +229,19 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
 }
 
 /// Gets the pending tasks going: wakes the newest idle worker unless the
-/// idle workers already woken cover them (`must_wake_idle`); otherwise has
-/// the monitor start one when no worker can take them, and arms the
-/// monitor (a safety net when woken workers cover the tasks).
+/// idle workers already woken cover them (`must_wake_idle`); otherwise arms
+/// the monitor (a safety net when woken workers cover the tasks) and has it
+/// start a worker now when no worker can take them.
 fn dispatch() -> Result<(), Error> {
     if with(Pool::must_wake_idle) {
         return wait::wake_newest(&POOL, idle);
     }
-    ensure_progress()?;
-    // The monitor ticks while tasks are pending.
-    arm_monitor()
+    // Armed first: `ensure_progress` calls `stop?` on busy workers, where
+    // an interrupt (Thread#raise, Ctrl-C) can end the spawn with the task
+    // left queued; the monitor's ticks then do what it would have done.
+    // The monitor cannot run before this thread gives up the GVL.
+    arm_monitor()?;
+    ensure_progress()
 }
 
 /// Asks for a worker now when tasks are pending and nobody else can take
