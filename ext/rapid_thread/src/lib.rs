@@ -5,6 +5,7 @@
 mod condition_variable;
 mod errors;
 mod queue;
+mod ractor_queue;
 mod select;
 mod sized_queue;
 mod sys;
@@ -52,6 +53,7 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.define_singleton_method("__panic_for_tests", function!(internal_panic_for_tests, 0))?;
     let queue = queue::init(ruby, module)?;
     sized_queue::init(module, queue)?;
+    ractor_queue::init(ruby, module)?;
     select::init(module)?;
     condition_variable::init(ruby, module)?;
     task::init(ruby, module)?;

@@ -21,6 +21,7 @@
 
 mod gvl;
 mod mutex;
+mod ractor;
 mod sleep;
 mod threads;
 mod values;
@@ -28,6 +29,7 @@ mod wait_list;
 
 pub use gvl::*;
 pub use mutex::*;
+pub use ractor::*;
 pub use sleep::*;
 pub use threads::*;
 pub use values::*;

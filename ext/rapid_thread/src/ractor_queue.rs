@@ -1,0 +1,515 @@
+//! `RapidThread::RactorQueue`: a queue that Ractors share. Unlike the other
+//! classes, which live under one GVL (`GvlCell`), its state is used by
+//! several Ractors at once, each with its own GVL, so it has its own lock:
+//! a `Mutex` around a ring (`VecDeque`), with two condition variables for
+//! the waits. A blocked `pop`/`push` releases its Ractor's GVL and sleeps
+//! on the condition variable; an interrupt wakes it through an unblocking
+//! function, and it re-checks after every return (see docs/design-details.md
+//! for the measurements behind the choice of lock).
+//!
+//! Items are shareable: a shareable object is stored as is, anything else
+//! as `Ractor.make_shareable(obj, copy: true)` makes it, before the lock
+//! is taken. Nothing under the lock calls Ruby or allocates Ruby objects,
+//! so the GC (which stops every Ractor at a safe point, never inside the
+//! lock) can always take it to mark or move the items.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use magnus::gc::{Compactor, Marker};
+use magnus::scan_args::scan_args;
+use magnus::{
+    method, prelude::*, DataTypeFunctions, Error, RHash, RModule, Ruby, TypedData, Value,
+};
+use rb_sys::VALUE;
+
+use crate::errors;
+use crate::queue::block_and_timeout;
+use crate::sys::{self, ForkCell};
+use crate::wait;
+
+#[derive(Default)]
+struct State {
+    items: VecDeque<VALUE>,
+    /// Threads asleep on `not_empty` / `not_full` (not those spinning).
+    poppers: usize,
+    pushers: usize,
+}
+
+/// What the queue's threads share. `len` and `closed` mirror the state for
+/// the spin phase, which reads them without the lock.
+pub struct Shared {
+    state: Mutex<State>,
+    not_empty: Condvar,
+    not_full: Condvar,
+    len: AtomicUsize,
+    closed: AtomicBool,
+    initialized: AtomicBool,
+    /// Capacity; 0 for unbounded. Set once, by `initialize`.
+    max: AtomicUsize,
+}
+
+impl Shared {
+    fn new(max: usize, initialized: bool, closed: bool) -> Shared {
+        Shared {
+            state: Mutex::default(),
+            not_empty: Condvar::new(),
+            not_full: Condvar::new(),
+            len: AtomicUsize::new(0),
+            closed: AtomicBool::new(closed),
+            initialized: AtomicBool::new(initialized),
+            max: AtomicUsize::new(max),
+        }
+    }
+
+    /// A forked child's queue: empty, as open and as bounded as it was.
+    fn fresh_in_child(old: &Shared) -> Shared {
+        Shared::new(
+            old.max.load(Ordering::Relaxed),
+            old.initialized.load(Ordering::Relaxed),
+            old.closed.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The lock, whatever a panic elsewhere left (nothing under it panics).
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn max(&self) -> usize {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    fn has_room(&self, s: &State) -> bool {
+        let max = self.max();
+        max == 0 || s.items.len() < max
+    }
+}
+
+#[derive(TypedData)]
+#[magnus(
+    class = "RapidThread::RactorQueue",
+    free_immediately,
+    size,
+    mark,
+    compact,
+    wb_protected,
+    frozen_shareable
+)]
+pub struct RactorQueue {
+    shared: ForkCell<Shared>,
+}
+
+impl Default for RactorQueue {
+    fn default() -> Self {
+        RactorQueue {
+            shared: ForkCell::new(Shared::new(0, false, false), Shared::fresh_in_child),
+        }
+    }
+}
+
+impl DataTypeFunctions for RactorQueue {
+    fn mark(&self, _: &Marker) {
+        let s = self.shared.get().lock();
+        s.items.iter().for_each(|v| sys::mark_movable(*v));
+    }
+
+    fn compact(&self, _: &Compactor) {
+        let mut s = self.shared.get().lock();
+        s.items.iter_mut().for_each(|v| *v = sys::gc_location(*v));
+    }
+
+    fn size(&self) -> usize {
+        std::mem::size_of::<Self>()
+            + self.shared.get().lock().items.capacity() * std::mem::size_of::<VALUE>()
+    }
+}
+
+/// How a wait without the GVL ended.
+#[derive(PartialEq)]
+enum Woke {
+    /// The condition may hold (or the queue closed): re-check.
+    Ready,
+    /// The deadline passed.
+    TimedOut,
+    /// An interrupt, or skipped because one was pending.
+    Interrupted,
+}
+
+/// Which side waits: poppers on `not_empty`, pushers on `not_full`.
+#[derive(Clone, Copy)]
+enum Side {
+    Pop,
+    Push,
+}
+
+impl Shared {
+    fn ready(&self, side: Side, s: &State) -> bool {
+        match side {
+            Side::Pop => !s.items.is_empty(),
+            Side::Push => self.has_room(s),
+        }
+    }
+
+    fn ready_unlocked(&self, side: Side) -> bool {
+        if self.closed.load(Ordering::Acquire) {
+            return true;
+        }
+        let len = self.len.load(Ordering::Acquire);
+        match side {
+            Side::Pop => len > 0,
+            Side::Push => {
+                let max = self.max();
+                max == 0 || len < max
+            }
+        }
+    }
+
+    fn condvar(&self, side: Side) -> &Condvar {
+        match side {
+            Side::Pop => &self.not_empty,
+            Side::Push => &self.not_full,
+        }
+    }
+
+    fn sleepers(side: Side, s: &mut State) -> &mut usize {
+        match side {
+            Side::Pop => &mut s.poppers,
+            Side::Push => &mut s.pushers,
+        }
+    }
+
+    /// Blocks (GVL released) until the condition of `side` may hold, the
+    /// queue closes, `deadline` passes or an interrupt arrives. First
+    /// yields the CPU for up to `RapidThread.spin_us`, watching the
+    /// lock-free mirrors, as the other waits of the gem do.
+    fn block(&self, side: Side, deadline: Option<Instant>) -> Woke {
+        let interrupted = AtomicBool::new(false);
+        let mut woke = Woke::Interrupted;
+        let unblock = || {
+            interrupted.store(true, Ordering::Release);
+            // Under the lock, so that a waiter between its check of the
+            // flag and its sleep cannot miss the notification.
+            let _s = self.lock();
+            self.condvar(side).notify_all();
+        };
+        let ran = sys::without_gvl(
+            || {
+                woke = self.block_nogvl(side, deadline, &interrupted);
+            },
+            &unblock,
+        );
+        if ran {
+            woke
+        } else {
+            Woke::Interrupted
+        }
+    }
+
+    fn block_nogvl(&self, side: Side, deadline: Option<Instant>, interrupted: &AtomicBool) -> Woke {
+        let spin = Duration::from_micros(u64::from(crate::spin_us()));
+        let start = Instant::now();
+        while start.elapsed() < spin {
+            if self.ready_unlocked(side) {
+                return Woke::Ready;
+            }
+            if interrupted.load(Ordering::Acquire) {
+                return Woke::Interrupted;
+            }
+            std::thread::yield_now();
+        }
+        let mut s = self.lock();
+        loop {
+            if self.ready(side, &s) || self.closed.load(Ordering::Acquire) {
+                return Woke::Ready;
+            }
+            if interrupted.load(Ordering::Acquire) {
+                return Woke::Interrupted;
+            }
+            *Self::sleepers(side, &mut s) += 1;
+            let cv = self.condvar(side);
+            s = match deadline {
+                None => cv.wait(s).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        *Self::sleepers(side, &mut s) -= 1;
+                        return Woke::TimedOut;
+                    }
+                    cv.wait_timeout(s, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+            *Self::sleepers(side, &mut s) -= 1;
+        }
+    }
+
+    /// A waiter that leaves without taking its turn (an interrupt raised,
+    /// a timeout) passes a wake-up it may have consumed to another sleeper.
+    fn pass_on(&self, side: Side) {
+        let mut s = self.lock();
+        if *Self::sleepers(side, &mut s) > 0 && self.ready(side, &s) {
+            self.condvar(side).notify_one();
+        }
+    }
+
+    /// After a wait: runs pending interrupts (which may raise: a wake-up
+    /// this thread consumed is passed on first).
+    fn after_wait(&self, side: Side) -> Result<(), Error> {
+        sys::check_ints().inspect_err(|_| self.pass_on(side))
+    }
+
+    fn try_pop(&self) -> Option<(VALUE, bool)> {
+        let mut s = self.lock();
+        let v = s.items.pop_front()?;
+        self.len.store(s.items.len(), Ordering::Release);
+        let wake_pusher = s.pushers > 0 && self.max() != 0;
+        Some((v, wake_pusher))
+    }
+
+    fn pop(&self, should_block: bool, timeout: Option<Duration>) -> Result<VALUE, Error> {
+        let deadline = wait::deadline_after(timeout);
+        let mut first = true;
+        loop {
+            if let Some((v, wake_pusher)) = self.try_pop() {
+                if wake_pusher {
+                    self.not_full.notify_one();
+                }
+                return Ok(v);
+            }
+            if self.closed.load(Ordering::Acquire) {
+                return Ok(sys::QNIL);
+            }
+            if std::mem::replace(&mut first, false) {
+                if !should_block {
+                    return Err(errors::thread_error("queue empty"));
+                }
+                if timeout == Some(Duration::ZERO) {
+                    return Ok(sys::QNIL);
+                }
+            }
+            let woke = self.block(Side::Pop, deadline);
+            self.after_wait(Side::Pop)?;
+            if woke == Woke::TimedOut {
+                // One last look, as stock re-checks after its sleep.
+                if let Some((v, wake_pusher)) = self.try_pop() {
+                    if wake_pusher {
+                        self.not_full.notify_one();
+                    }
+                    return Ok(v);
+                }
+                self.pass_on(Side::Pop);
+                return Ok(sys::QNIL);
+            }
+        }
+    }
+
+    /// Appends `v` (already shareable) when there is room: Ok(true); no
+    /// room: Ok(false); closed: ClosedQueueError.
+    fn try_push(&self, v: VALUE) -> Result<bool, Error> {
+        let mut s = self.lock();
+        if self.closed.load(Ordering::Acquire) {
+            return Err(errors::closed_queue());
+        }
+        if !self.has_room(&s) {
+            return Ok(false);
+        }
+        s.items.push_back(v);
+        self.len.store(s.items.len(), Ordering::Release);
+        let wake = s.poppers > 0;
+        drop(s);
+        if wake {
+            self.not_empty.notify_one();
+        }
+        Ok(true)
+    }
+
+    /// Ok(false): timed out.
+    fn push(
+        &self,
+        me: VALUE,
+        v: VALUE,
+        should_block: bool,
+        timeout: Option<Duration>,
+    ) -> Result<bool, Error> {
+        let deadline = wait::deadline_after(timeout);
+        let mut first = true;
+        loop {
+            if self.try_push(v)? {
+                sys::write_barrier(me, v);
+                return Ok(true);
+            }
+            if std::mem::replace(&mut first, false) {
+                if !should_block {
+                    return Err(errors::thread_error("queue full"));
+                }
+                if timeout == Some(Duration::ZERO) {
+                    return Ok(false);
+                }
+            }
+            let woke = self.block(Side::Push, deadline);
+            self.after_wait(Side::Push)?;
+            if woke == Woke::TimedOut {
+                if self.try_push(v)? {
+                    sys::write_barrier(me, v);
+                    return Ok(true);
+                }
+                self.pass_on(Side::Push);
+                return Ok(false);
+            }
+        }
+    }
+}
+
+// --- Ruby methods ---------------------------------------------------------
+
+fn get(rb_self: &Value) -> Result<&Shared, Error> {
+    let q = sys::typed_ref::<RactorQueue>(rb_self)
+        .ok_or_else(|| errors::wrong_receiver(*rb_self, "RapidThread::RactorQueue"))?;
+    let shared = q.shared.get();
+    if !shared.initialized.load(Ordering::Acquire) {
+        return Err(errors::not_initialized(*rb_self));
+    }
+    Ok(shared)
+}
+
+/// `initialize(max = nil)`: unbounded, or at most `max` items. Freezes the
+/// queue, which makes it shareable (a frozen-shareable typed object).
+fn initialize(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let q = sys::typed_ref::<RactorQueue>(&rb_self)
+        .ok_or_else(|| errors::wrong_receiver(rb_self, "RapidThread::RactorQueue"))?;
+    if rb_self.is_frozen() {
+        return Err(Error::new(
+            ruby.exception_frozen_error(),
+            format!(
+                "can't modify frozen {}: {}",
+                rb_self.class(),
+                rb_self.inspect()
+            ),
+        ));
+    }
+    let args = scan_args::<(), (Option<Value>,), (), (), (), ()>(args)?;
+    let max = match args.optional.0.filter(|v| !v.is_nil()) {
+        None => 0,
+        Some(v) => match sys::num2long(sys::raw(v))? {
+            n if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
+            _ => return Err(errors::arg_error("queue size must be positive")),
+        },
+    };
+    let shared = q.shared.get();
+    shared.max.store(max, Ordering::Relaxed);
+    shared.initialized.store(true, Ordering::Release);
+    sys::freeze(sys::raw(rb_self));
+    Ok(rb_self)
+}
+
+/// `push(obj, non_block = false, timeout: nil)`, `<<`, `enq`.
+fn push(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let q = get(&rb_self)?;
+    let (obj, non_block, timeout) = if args.len() == 1 {
+        (args[0], false, None)
+    } else {
+        let a = scan_args::<(Value,), (Option<Value>,), (), (), RHash, ()>(args)?;
+        let (nb, t) = block_and_timeout(a.optional.0, a.keywords)?;
+        (a.required.0, nb, t)
+    };
+    if q.closed.load(Ordering::Acquire) {
+        return Err(errors::closed_queue());
+    }
+    let item = sys::shareable(sys::raw(obj))?;
+    let pushed = q.push(sys::raw(rb_self), item, !non_block, timeout);
+    sys::gc_guard(item);
+    Ok(if pushed? {
+        rb_self
+    } else {
+        sys::value(sys::QNIL)
+    })
+}
+
+/// `pop(non_block = false, timeout: nil)`, `shift`, `deq`.
+fn pop(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+    let q = get(&rb_self)?;
+    let (non_block, timeout) = if args.is_empty() {
+        (false, None)
+    } else {
+        crate::queue::pop_args(args)?
+    };
+    q.pop(!non_block, timeout).map(sys::value)
+}
+
+fn close(rb_self: Value) -> Result<Value, Error> {
+    let q = get(&rb_self)?;
+    let newly = {
+        let _s = q.lock();
+        !q.closed.swap(true, Ordering::AcqRel)
+    };
+    if newly {
+        q.not_empty.notify_all();
+        q.not_full.notify_all();
+    }
+    Ok(rb_self)
+}
+
+fn is_closed(rb_self: Value) -> Result<bool, Error> {
+    Ok(get(&rb_self)?.closed.load(Ordering::Acquire))
+}
+
+fn length(rb_self: Value) -> Result<usize, Error> {
+    Ok(get(&rb_self)?.lock().items.len())
+}
+
+fn is_empty(rb_self: Value) -> Result<bool, Error> {
+    Ok(get(&rb_self)?.lock().items.is_empty())
+}
+
+/// The capacity, or nil when unbounded.
+fn max(rb_self: Value) -> Result<Option<usize>, Error> {
+    let m = get(&rb_self)?.max();
+    Ok((m != 0).then_some(m))
+}
+
+/// Threads (of any Ractor) asleep in `pop` or `push` on this queue.
+fn num_waiting(rb_self: Value) -> Result<usize, Error> {
+    let q = get(&rb_self)?;
+    let s = q.lock();
+    Ok(s.poppers + s.pushers)
+}
+
+fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
+    Err(errors::cannot_dump(rb_self))
+}
+
+pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    let class = module.define_class("RactorQueue", ruby.class_object())?;
+    class.define_alloc_func::<RactorQueue>();
+    sys::undef_method(class.as_value(), c"initialize_copy");
+    // Only this class's methods may be called from other Ractors.
+    sys::ext_ractor_safe(true);
+    let defined = (|| {
+        class.define_method("initialize", method!(initialize, -1))?;
+        class.define_method("push", method!(push, -1))?;
+        class.define_method("pop", method!(pop, -1))?;
+        class.define_method("close", method!(close, 0))?;
+        class.define_method("closed?", method!(is_closed, 0))?;
+        class.define_method("length", method!(length, 0))?;
+        class.define_method("empty?", method!(is_empty, 0))?;
+        class.define_method("max", method!(max, 0))?;
+        class.define_method("num_waiting", method!(num_waiting, 0))?;
+        class.define_method("marshal_dump", method!(marshal_dump, 0))?;
+        for (alias, name) in [
+            ("enq", "push"),
+            ("<<", "push"),
+            ("deq", "pop"),
+            ("shift", "pop"),
+            ("size", "length"),
+        ] {
+            class.define_alias(alias, name)?;
+        }
+        Ok::<(), Error>(())
+    })();
+    sys::ext_ractor_safe(false);
+    defined
+}

@@ -1,0 +1,184 @@
+//! What RactorQueue needs from CRuby and from `unsafe`: the Ractor-safety
+//! flag for method definitions, freezing, shareable copies, blocking with
+//! the calling Ractor's GVL released, and a cell that a forked child resets.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use magnus::rb_sys::protect;
+use magnus::Error;
+use rb_sys::VALUE;
+
+use super::*;
+
+/// Marks the methods defined from now on (until called with `false`) as
+/// callable from any Ractor (`rb_ext_ractor_safe`). Ruby checks the flag
+/// when a method is defined; every other class of the extension is
+/// defined with it off, so their methods raise Ractor::UnsafeError outside
+/// the main Ractor and the GVL-guarded state (`GvlCell`) stays in one.
+pub fn ext_ractor_safe(flag: bool) {
+    // SAFETY: sets a flag of the current thread's extension-loading state.
+    unsafe { rb_sys::rb_ext_ractor_safe(flag) }
+}
+
+/// `obj.freeze`.
+pub fn freeze(obj: VALUE) {
+    // SAFETY: freezing a live object we were called on; never raises for a
+    // T_DATA object (no singleton class to freeze that could fail).
+    unsafe {
+        rb_sys::rb_obj_freeze(obj);
+    }
+}
+
+/// `obj` when it is shareable, else `Ractor.make_shareable(obj, copy: true)`:
+/// a deep copy, frozen, leaving `obj` untouched. Raises Ractor::Error for
+/// what cannot be made shareable (a Thread, a Proc with unshareable self).
+pub fn shareable(obj: VALUE) -> Result<VALUE, Error> {
+    if special_const(obj) {
+        return Ok(obj);
+    }
+    // SAFETY: `obj` is a live heap object passed by Ruby, so its flags can
+    // be read. FL_SHAREABLE is set by Ruby once an object is known to be
+    // shareable; without it, rb_ractor_make_shareable_copy checks (and
+    // keeps shareable parts as they are, copying the rest); it may raise,
+    // caught by protect.
+    unsafe {
+        let flags = (*(obj as *const rb_sys::RBasic)).flags;
+        if flags & (rb_sys::ruby_fl_type::RUBY_FL_SHAREABLE as VALUE) != 0 {
+            return Ok(obj);
+        }
+        protect(|| rb_sys::rb_ractor_make_shareable_copy(obj))
+    }
+}
+
+struct NoGvl<'a, B, U> {
+    body: Option<B>,
+    unblock: &'a U,
+    done: bool,
+}
+
+/// Runs `body` with the calling Ractor's GVL released, as
+/// `rb_thread_call_without_gvl2`: when an interrupt (Thread#raise, kill,
+/// a signal) is pending, `body` is skipped and None returned; while it
+/// runs, an interrupt calls `unblock` from another thread, which must make
+/// `body` return soon. Never raises: the caller runs the interrupts
+/// (`check_ints`) and re-checks its condition. `body` must not touch Ruby.
+pub fn without_gvl<B: FnOnce(), U: Fn() + Sync>(body: B, unblock: &U) -> bool {
+    unsafe extern "C" fn run<B: FnOnce(), U>(arg: *mut c_void) -> *mut c_void {
+        // SAFETY: `arg` is the NoGvl on without_gvl's stack, alive for the
+        // whole call. A panic must not unwind into C: it aborts instead.
+        let a = &mut *(arg as *mut NoGvl<B, U>);
+        if let Some(b) = a.body.take() {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(b)).is_err() {
+                std::process::abort();
+            }
+        }
+        a.done = true;
+        ptr::null_mut()
+    }
+    unsafe extern "C" fn ubf<U: Fn() + Sync>(arg: *mut c_void) {
+        // SAFETY: `arg` is `unblock`, alive while the call runs; it is Sync
+        // (Ruby calls it from the interrupting thread).
+        let u = &*(arg as *const U);
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(u)).is_err() {
+            std::process::abort();
+        }
+    }
+    let mut a = NoGvl {
+        body: Some(body),
+        unblock,
+        done: false,
+    };
+    // SAFETY: both pointers refer to values that outlive the call; the `2`
+    // variant never raises (see spin_without_gvl).
+    unsafe {
+        rb_sys::rb_thread_call_without_gvl2(
+            Some(run::<B, U>),
+            &mut a as *mut NoGvl<B, U> as *mut c_void,
+            Some(ubf::<U>),
+            a.unblock as *const U as *mut c_void,
+        );
+    }
+    a.done
+}
+
+/// A value shared between Ractors that a forked child replaces with a
+/// fresh one on first use. A fork can happen while a thread of another
+/// Ractor is inside a lock of `T`; that thread does not exist in the
+/// child, so the child must not use the parent's `T` at all. `get`,
+/// `Drop` and the GC callbacks (through `get`) reset it first.
+pub struct ForkCell<T> {
+    cell: UnsafeCell<T>,
+    gen: AtomicU64,
+    resetting: AtomicBool,
+    fresh: fn(&T) -> T,
+}
+
+// SAFETY: `T` is Sync (its own locks guard it); the cell is only written
+// by the one thread that wins `resetting` in a forked child, before any
+// other thread of the child can have a reference to the contents (see
+// `get`).
+unsafe impl<T: Sync + Send> Sync for ForkCell<T> {}
+unsafe impl<T: Send> Send for ForkCell<T> {}
+
+impl<T> ForkCell<T> {
+    /// `fresh` makes the child's value from the parent's; it must only
+    /// read plain fields (no lock: the parent's locks may be held forever).
+    pub fn new(v: T, fresh: fn(&T) -> T) -> ForkCell<T> {
+        ForkCell {
+            cell: UnsafeCell::new(v),
+            gen: AtomicU64::new(fork_generation()),
+            resetting: AtomicBool::new(false),
+            fresh,
+        }
+    }
+
+    #[inline(always)]
+    pub fn get(&self) -> &T {
+        let g = fork_generation();
+        if self.gen.load(Ordering::Acquire) != g {
+            self.reset(g);
+        }
+        // SAFETY: written only by `reset`, never while a reference exists.
+        unsafe { &*self.cell.get() }
+    }
+
+    #[cold]
+    fn reset(&self, g: u64) {
+        if self
+            .resetting
+            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            if self.gen.load(Ordering::Acquire) != g {
+                // SAFETY: we are in a forked child (the generation moved),
+                // whose threads are all new since the fork and have not
+                // seen this generation's contents: every access goes
+                // through `get`, which waits below until the write is
+                // done. The parent's value is forgotten, not dropped: a
+                // thread that vanished in the fork may have left it half
+                // updated (its memory is leaked, once per fork).
+                unsafe {
+                    let p = self.cell.get();
+                    let fresh = (self.fresh)(&*p);
+                    std::mem::forget(ptr::replace(p, fresh));
+                }
+                self.gen.store(g, Ordering::Release);
+            }
+            self.resetting.store(false, Ordering::Release);
+        } else {
+            while self.gen.load(Ordering::Acquire) != g {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+impl<T> Drop for ForkCell<T> {
+    fn drop(&mut self) {
+        // The parent's value in a child that never used it is leaked.
+        let _ = self.get();
+    }
+}
