@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use magnus::gc::{Compactor, Marker};
@@ -27,7 +27,7 @@ use rb_sys::VALUE;
 
 use crate::errors;
 use crate::queue::block_and_timeout;
-use crate::sys::{self, ForkCell};
+use crate::sys::{self, Event, ForkCell};
 use crate::wait;
 
 #[derive(Default)]
@@ -42,8 +42,9 @@ struct State {
 /// the spin phase, which reads them without the lock.
 pub struct Shared {
     state: Mutex<State>,
-    not_empty: Condvar,
-    not_full: Condvar,
+    /// Poppers sleep on `not_empty`, pushers on `not_full`.
+    not_empty: Event,
+    not_full: Event,
     len: AtomicUsize,
     closed: AtomicBool,
     initialized: AtomicBool,
@@ -55,8 +56,8 @@ impl Shared {
     fn new(max: usize, initialized: bool, closed: bool) -> Shared {
         Shared {
             state: Mutex::default(),
-            not_empty: Condvar::new(),
-            not_full: Condvar::new(),
+            not_empty: Event::default(),
+            not_full: Event::default(),
             len: AtomicUsize::new(0),
             closed: AtomicBool::new(closed),
             initialized: AtomicBool::new(initialized),
@@ -134,7 +135,7 @@ enum Woke {
     Ready,
     /// The deadline passed.
     TimedOut,
-    /// An interrupt, or skipped because one was pending.
+    /// Skipped: an interrupt was pending.
     Interrupted,
 }
 
@@ -167,7 +168,7 @@ impl Shared {
         }
     }
 
-    fn condvar(&self, side: Side) -> &Condvar {
+    fn event(&self, side: Side) -> &Event {
         match side {
             Side::Pop => &self.not_empty,
             Side::Push => &self.not_full,
@@ -182,68 +183,45 @@ impl Shared {
     }
 
     /// Blocks (GVL released) until the condition of `side` may hold, the
-    /// queue closes, `deadline` passes or an interrupt arrives. First
-    /// yields the CPU for up to `RapidThread.spin_us`, watching the
-    /// lock-free mirrors, as the other waits of the gem do.
+    /// queue closes, `deadline` passes, an interrupt arrives, or spuriously:
+    /// the caller re-checks. First yields the CPU for up to
+    /// `RapidThread.spin_us`, watching the lock-free mirrors, as the other
+    /// waits of the gem do; then sleeps once on the condition variable.
     fn block(&self, side: Side, deadline: Option<Instant>) -> Woke {
-        let interrupted = AtomicBool::new(false);
         let mut woke = Woke::Interrupted;
-        let unblock = || {
-            interrupted.store(true, Ordering::Release);
-            // Under the lock, so that a waiter between its check of the
-            // flag and its sleep cannot miss the notification.
-            let _s = self.lock();
-            self.condvar(side).notify_all();
-        };
-        let ran = sys::without_gvl(
-            || {
-                woke = self.block_nogvl(side, deadline, &interrupted);
-            },
-            &unblock,
-        );
-        if ran {
-            woke
-        } else {
-            Woke::Interrupted
-        }
+        sys::without_gvl(|| woke = self.block_nogvl(side, deadline));
+        woke
     }
 
-    fn block_nogvl(&self, side: Side, deadline: Option<Instant>, interrupted: &AtomicBool) -> Woke {
+    fn block_nogvl(&self, side: Side, deadline: Option<Instant>) -> Woke {
         let spin = Duration::from_micros(u64::from(crate::spin_us()));
         let start = Instant::now();
         while start.elapsed() < spin {
             if self.ready_unlocked(side) {
                 return Woke::Ready;
             }
-            if interrupted.load(Ordering::Acquire) {
-                return Woke::Interrupted;
-            }
             std::thread::yield_now();
         }
         let mut s = self.lock();
-        loop {
-            if self.ready(side, &s) || self.closed.load(Ordering::Acquire) {
-                return Woke::Ready;
-            }
-            if interrupted.load(Ordering::Acquire) {
-                return Woke::Interrupted;
-            }
-            *Self::sleepers(side, &mut s) += 1;
-            let cv = self.condvar(side);
-            s = match deadline {
-                None => cv.wait(s).unwrap_or_else(|p| p.into_inner()),
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        *Self::sleepers(side, &mut s) -= 1;
-                        return Woke::TimedOut;
-                    }
-                    cv.wait_timeout(s, d - now)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
-                }
-            };
-            *Self::sleepers(side, &mut s) -= 1;
+        if self.ready(side, &s) || self.closed.load(Ordering::Acquire) {
+            return Woke::Ready;
+        }
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Woke::TimedOut;
+        }
+        *Self::sleepers(side, &mut s) += 1;
+        let ev = self.event(side);
+        let seen = ev.seq();
+        drop(s);
+        // One sleep: a notification, Ruby's interrupt signal (EINTR) or a
+        // spurious wake-up all return to the caller, which re-checks.
+        ev.sleep(seen, deadline.map(|d| d - now));
+        *Self::sleepers(side, &mut self.lock()) -= 1;
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            Woke::TimedOut
+        } else {
+            Woke::Ready
         }
     }
 
@@ -252,7 +230,9 @@ impl Shared {
     fn pass_on(&self, side: Side) {
         let mut s = self.lock();
         if *Self::sleepers(side, &mut s) > 0 && self.ready(side, &s) {
-            self.condvar(side).notify_one();
+            self.event(side).bump();
+            drop(s);
+            self.event(side).wake(1);
         }
     }
 
@@ -262,22 +242,27 @@ impl Shared {
         sys::check_ints().inspect_err(|_| self.pass_on(side))
     }
 
-    fn try_pop(&self) -> Option<(VALUE, bool)> {
+    /// Shifts the first item, waking a sleeping pusher (bounded only).
+    fn try_pop(&self) -> Option<VALUE> {
         let mut s = self.lock();
         let v = s.items.pop_front()?;
         self.len.store(s.items.len(), Ordering::Release);
-        let wake_pusher = s.pushers > 0 && self.max() != 0;
-        Some((v, wake_pusher))
+        let wake = s.pushers > 0;
+        if wake {
+            self.not_full.bump();
+        }
+        drop(s);
+        if wake {
+            self.not_full.wake(1);
+        }
+        Some(v)
     }
 
     fn pop(&self, should_block: bool, timeout: Option<Duration>) -> Result<VALUE, Error> {
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
         loop {
-            if let Some((v, wake_pusher)) = self.try_pop() {
-                if wake_pusher {
-                    self.not_full.notify_one();
-                }
+            if let Some(v) = self.try_pop() {
                 return Ok(v);
             }
             if self.closed.load(Ordering::Acquire) {
@@ -295,10 +280,7 @@ impl Shared {
             self.after_wait(Side::Pop)?;
             if woke == Woke::TimedOut {
                 // One last look, as stock re-checks after its sleep.
-                if let Some((v, wake_pusher)) = self.try_pop() {
-                    if wake_pusher {
-                        self.not_full.notify_one();
-                    }
+                if let Some(v) = self.try_pop() {
                     return Ok(v);
                 }
                 self.pass_on(Side::Pop);
@@ -320,9 +302,12 @@ impl Shared {
         s.items.push_back(v);
         self.len.store(s.items.len(), Ordering::Release);
         let wake = s.poppers > 0;
+        if wake {
+            self.not_empty.bump();
+        }
         drop(s);
         if wake {
-            self.not_empty.notify_one();
+            self.not_empty.wake(1);
         }
         Ok(true)
     }
@@ -444,11 +429,14 @@ fn close(rb_self: Value) -> Result<Value, Error> {
     let q = get(&rb_self)?;
     let newly = {
         let _s = q.lock();
-        !q.closed.swap(true, Ordering::AcqRel)
+        let newly = !q.closed.swap(true, Ordering::AcqRel);
+        q.not_empty.bump();
+        q.not_full.bump();
+        newly
     };
     if newly {
-        q.not_empty.notify_all();
-        q.not_full.notify_all();
+        q.not_empty.wake(i32::MAX);
+        q.not_full.wake(i32::MAX);
     }
     Ok(rb_self)
 }

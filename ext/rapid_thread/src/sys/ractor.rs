@@ -53,55 +53,55 @@ pub fn shareable(obj: VALUE) -> Result<VALUE, Error> {
     }
 }
 
-struct NoGvl<'a, B, U> {
+struct NoGvl<B> {
     body: Option<B>,
-    unblock: &'a U,
-    done: bool,
+    ran: bool,
 }
 
-/// Runs `body` with the calling Ractor's GVL released, as
-/// `rb_thread_call_without_gvl2`: when an interrupt (Thread#raise, kill,
-/// a signal) is pending, `body` is skipped and None returned; while it
-/// runs, an interrupt calls `unblock` from another thread, which must make
-/// `body` return soon. Never raises: the caller runs the interrupts
-/// (`check_ints`) and re-checks its condition. `body` must not touch Ruby.
-pub fn without_gvl<B: FnOnce(), U: Fn() + Sync>(body: B, unblock: &U) -> bool {
-    unsafe extern "C" fn run<B: FnOnce(), U>(arg: *mut c_void) -> *mut c_void {
+/// Runs `body` with the calling Ractor's GVL released, as Ruby's own
+/// blocking IO does (`rb_thread_call_without_gvl2` with `RUBY_UBF_IO`):
+/// when an interrupt (Thread#raise, kill, a signal for the main thread) is
+/// pending, `body` is skipped and false returned; while it runs, Ruby
+/// interrupts the thread with a signal (SIGVTALRM, repeated until `body`
+/// returns), which ends a sleep on a futex (a `Condvar` wait) early.
+/// `body` must therefore sleep at most once and return: the caller runs
+/// the interrupts (`check_ints`) and re-checks its condition. Never raises.
+///
+/// Ruby's `ubf_select` rather than an unblocking function of ours: for a
+/// custom one, Ruby calls it for a signal only through a helper thread it
+/// starts when the main thread is alone, and a thread that leaves after
+/// the wait began left Ctrl-C with nobody to deliver it (a hang, found by
+/// test_ctrl_c_interrupts_a_blocked_pop).
+pub fn without_gvl<B: FnOnce()>(body: B) -> bool {
+    unsafe extern "C" fn run<B: FnOnce()>(arg: *mut c_void) -> *mut c_void {
         // SAFETY: `arg` is the NoGvl on without_gvl's stack, alive for the
         // whole call. A panic must not unwind into C: it aborts instead.
-        let a = &mut *(arg as *mut NoGvl<B, U>);
+        let a = &mut *(arg as *mut NoGvl<B>);
         if let Some(b) = a.body.take() {
             if std::panic::catch_unwind(std::panic::AssertUnwindSafe(b)).is_err() {
                 std::process::abort();
             }
         }
-        a.done = true;
+        a.ran = true;
         ptr::null_mut()
-    }
-    unsafe extern "C" fn ubf<U: Fn() + Sync>(arg: *mut c_void) {
-        // SAFETY: `arg` is `unblock`, alive while the call runs; it is Sync
-        // (Ruby calls it from the interrupting thread).
-        let u = &*(arg as *const U);
-        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(u)).is_err() {
-            std::process::abort();
-        }
     }
     let mut a = NoGvl {
         body: Some(body),
-        unblock,
-        done: false,
+        ran: false,
     };
-    // SAFETY: both pointers refer to values that outlive the call; the `2`
-    // variant never raises (see spin_without_gvl).
+    // SAFETY: RUBY_UBF_IO is `(rb_unblock_function_t *)-1`, a marker Ruby
+    // replaces with its own ubf_select before calling anything; `a`
+    // outlives the call; the `2` variant never raises.
     unsafe {
+        let ubf_io: unsafe extern "C" fn(*mut c_void) = std::mem::transmute(usize::MAX);
         rb_sys::rb_thread_call_without_gvl2(
-            Some(run::<B, U>),
-            &mut a as *mut NoGvl<B, U> as *mut c_void,
-            Some(ubf::<U>),
-            a.unblock as *const U as *mut c_void,
+            Some(run::<B>),
+            &mut a as *mut NoGvl<B> as *mut c_void,
+            Some(ubf_io),
+            ptr::null_mut(),
         );
     }
-    a.done
+    a.ran
 }
 
 /// A value shared between Ractors that a forked child replaces with a
@@ -180,5 +180,64 @@ impl<T> Drop for ForkCell<T> {
     fn drop(&mut self) {
         // The parent's value in a child that never used it is leaked.
         let _ = self.get();
+    }
+}
+
+/// A futex word that waiters sleep on until it changes: a condition
+/// variable whose sleep also ends on a signal (EINTR). std's and
+/// parking_lot's condition variables sleep again after EINTR, so Ruby's
+/// interrupt signal (see `without_gvl`) could not end their wait.
+///
+/// Use: under the state's lock, a waiter checks its condition, reads
+/// `seq()`, then unlocks and calls `sleep(seen, ..)`; a notifier changes
+/// the state and calls `bump()` under the same lock, then `wake(n)` (with
+/// or without it). A bump after the waiter's read makes its sleep return
+/// at once (the word differs); a change before it was seen by its check.
+#[derive(Default)]
+pub struct Event(std::sync::atomic::AtomicU32);
+
+impl Event {
+    pub fn seq(&self) -> u32 {
+        self.0.load(Ordering::Acquire)
+    }
+
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::Release);
+    }
+
+    /// Sleeps while the word equals `seen`, for at most `timeout`; returns
+    /// on a wake-up, a change, a signal, the timeout, or spuriously.
+    pub fn sleep(&self, seen: u32, timeout: Option<std::time::Duration>) {
+        let ts = timeout.map(|d| libc::timespec {
+            tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
+            tv_nsec: d.subsec_nanos() as libc::c_long,
+        });
+        let ts_ptr = ts
+            .as_ref()
+            .map_or(ptr::null(), |t| t as *const libc::timespec);
+        // SAFETY: FUTEX_WAIT on a live, aligned u32 with a relative timeout
+        // (or none); it only reads the word and sleeps.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.0.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                seen,
+                ts_ptr,
+            );
+        }
+    }
+
+    /// Wakes up to `n` sleepers.
+    pub fn wake(&self, n: i32) {
+        // SAFETY: FUTEX_WAKE on a live, aligned u32.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.0.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                n,
+            );
+        }
     }
 }

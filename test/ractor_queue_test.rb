@@ -1,0 +1,413 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# RapidThread::RactorQueue (issue 15). Every case that starts a Ractor runs
+# in a child process: once a process has made a Ractor it stays in
+# multi-Ractor mode (every VM lock taken for real), which would change the
+# rest of the suite. Under RAPID_THREAD_GC_STRESS the children run under
+# GC.stress too, with smaller counts.
+class RactorQueueTest < RapidThreadTest
+  PRELUDE = <<~RUBY
+    Warning[:experimental] = false
+    STRESS = #{GC_STRESS ? 'true' : 'false'}
+    def n(count) = STRESS ? [count / 50, 2].max : count
+    def wait_for(limit = 10)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + limit
+      until yield
+        raise "timed out waiting" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        Thread.pass
+      end
+    end
+    RQ = RapidThread::RactorQueue
+  RUBY
+
+  # Runs `code` in a child (with PRELUDE) and returns its stdout; the child
+  # must succeed and print nothing on stderr.
+  def ractors(code, stress: GC_STRESS, timeout: GC_STRESS ? 240 : 30)
+    body = PRELUDE + (stress ? "GC.stress = true\n" : "") + code
+    out, err, status = run_ruby(body, timeout: timeout)
+    assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
+    assert_equal "", err.gsub(/^.*warning: Ractor is experimental.*\n/, "")
+    out
+  end
+
+  # --- in-process: no Ractor needed -------------------------------------
+
+  def test_a_queue_is_frozen_and_shareable
+    q = RapidThread::RactorQueue.new
+    assert q.frozen?
+    assert Ractor.shareable?(q)
+    assert_nil q.max
+    assert_equal 3, RapidThread::RactorQueue.new(3).max
+  end
+
+  def test_fifo_and_the_query_methods
+    q = RapidThread::RactorQueue.new
+    assert q.empty?
+    assert_same q, q.push(1)
+    q << 2
+    q.enq(3)
+    assert_equal 3, q.size
+    assert_equal 3, q.length
+    refute q.empty?
+    assert_equal [1, 2, 3], [q.pop, q.shift, q.deq]
+    assert q.empty?
+    refute q.closed?
+    assert_same q, q.close
+    assert q.closed?
+    assert_same q, q.close
+    assert_nil q.pop
+  end
+
+  def test_shareable_items_are_stored_as_they_are
+    q = RapidThread::RactorQueue.new
+    frozen = "frozen".freeze
+    deep = [1, [2, "x".freeze].freeze].freeze
+    [frozen, deep, :sym, 12, 1.5, nil, RapidThread, Ractor.make_shareable({ a: [1] })].each do |obj|
+      q << obj
+      assert_same obj, q.pop
+    end
+  end
+
+  def test_other_items_are_stored_as_deep_frozen_copies
+    q = RapidThread::RactorQueue.new
+    s = +"hello"
+    h = { list: [+"a", { b: +"c" }] }
+    q << s << h
+    s2 = q.pop
+    h2 = q.pop
+    assert_equal "hello", s2
+    refute_same s, s2
+    assert s2.frozen?
+    refute s.frozen?, "the pusher's object is untouched"
+    assert_equal h, h2
+    assert Ractor.shareable?(h2)
+    refute h.frozen?
+    refute h[:list].frozen?
+    refute h[:list][1][:b].frozen?
+  end
+
+  # Ruby's own exception for each: Ractor::Error, or TypeError for what
+  # cannot even be copied.
+  def test_what_cannot_be_shared_raises_and_is_not_stored
+    q = RapidThread::RactorQueue.new
+    [Thread.current, -> {}, [1, Thread::Mutex.new]].each do |obj|
+      stock = error_of { Ractor.make_shareable(obj, copy: true) }
+      refute_equal :no_error, stock
+      assert_equal stock, error_of { q << obj }
+    end
+    assert q.empty?
+  end
+
+  def test_non_blocking_and_timeouts
+    q = RapidThread::RactorQueue.new(1)
+    assert_equal [ThreadError, "queue empty"], error_of { q.pop(true) }
+    assert_nil q.pop(timeout: 0)
+    t0 = now
+    assert_nil q.pop(timeout: 0.05)
+    assert_operator now - t0, :>=, 0.05
+    q << 1
+    assert_equal [ThreadError, "queue full"], error_of { q.push(2, true) }
+    assert_nil q.push(2, timeout: 0)
+    assert_nil q.push(2, timeout: 0.05)
+    assert_equal [ArgumentError, "can't set a timeout if non_block is enabled"], error_of { q.pop(true, timeout: 1) }
+    assert_equal [ArgumentError, "can't set a timeout if non_block is enabled"], error_of { q.push(2, true, timeout: 1) }
+    assert_equal 1, q.pop
+  end
+
+  def test_closed_queue_errors
+    q = RapidThread::RactorQueue.new(1)
+    q << :last
+    q.close
+    assert_equal [ClosedQueueError, "queue closed"], error_of { q << 1 }
+    assert_equal [ClosedQueueError, "queue closed"], error_of { q.push(1, true) }
+    assert_equal :last, q.pop
+    assert_nil q.pop
+    assert_nil q.pop(true), "closed and empty: nil even with non_block, as Thread::Queue"
+  end
+
+  def test_bad_arguments
+    assert_equal [ArgumentError, "queue size must be positive"], error_of { RapidThread::RactorQueue.new(0) }
+    assert_equal [ArgumentError, "queue size must be positive"], error_of { RapidThread::RactorQueue.new(-1) }
+    assert_equal TypeError, error_of { RapidThread::RactorQueue.new("3") }.first
+    assert_equal [TypeError, "no implicit conversion to float from string"],
+                 error_of { RapidThread::RactorQueue.new.pop(timeout: "1") }
+    q = RapidThread::RactorQueue.new
+    assert_equal FrozenError, error_of { q.send(:initialize) }.first
+    assert_match(/not initialized/, error_of { RapidThread::RactorQueue.allocate.pop }.last)
+    assert_equal [TypeError, "can't dump Thread::RactorQueue"], error_of { Marshal.dump(q) }
+    assert_equal NoMethodError, error_of { q.dup }.first
+    assert_equal ArgumentError, error_of { q.push }.first
+  end
+
+  def test_threads_of_one_ractor_block_and_are_woken
+    q = RapidThread::RactorQueue.new(2)
+    popped = []
+    poppers = Array.new(3) { spawn_thread { popped << q.pop } }
+    wait_until { q.num_waiting == 3 }
+    q << 1 << 2 << 3
+    poppers.each(&:join)
+    assert_equal [1, 2, 3], popped.sort
+    q << :a << :b
+    pusher = spawn_thread { q.push(:c) }
+    wait_until { q.num_waiting == 1 }
+    assert_equal :a, q.pop
+    pusher.join
+    assert_equal %i[b c], [q.pop, q.pop]
+  end
+
+  def test_a_blocked_pop_is_interruptible
+    q = RapidThread::RactorQueue.new
+    t = spawn_thread { q.pop }
+    wait_until { q.num_waiting == 1 }
+    t.raise(IOError, "stop")
+    assert_raises(IOError) { t.join }
+    k = spawn_thread { q.pop }
+    wait_until { q.num_waiting == 1 }
+    k.kill
+    assert_nil k.join(5)&.value
+    assert_raises(Timeout::Error) { Timeout.timeout(0.05) { q.pop } }
+    assert_equal 0, q.num_waiting
+    q << :still_works
+    assert_equal :still_works, q.pop
+  end
+
+  # A popper woken for an item and interrupted before it takes it passes
+  # the wake-up on: no item waits while a popper sleeps.
+  def test_interrupted_poppers_lose_no_item
+    q = RapidThread::RactorQueue.new
+    rounds = scaled(200)
+    got = Thread::Queue.new
+    rounds.times do |i|
+      victim = spawn_thread { q.pop }
+      keeper = spawn_thread { got << q.pop }
+      wait_until { q.num_waiting == 2 }
+      q << i
+      victim.raise(IOError, "interrupted")
+      took = begin
+        victim.join
+        true
+      rescue IOError
+        false
+      end
+      # The victim took i before the raise landed: give the keeper another.
+      # Otherwise the keeper must get i with no further push: a wake-up the
+      # victim consumed was passed on.
+      q << :extra if took
+      keeper.join(10) or flunk "round #{i}: the keeper never woke"
+      assert_equal 1, got.size
+      got.clear
+      q.pop(true) unless q.empty?
+    end
+    assert_equal 0, q.num_waiting
+  end
+
+  def test_a_trap_handler_can_push_to_a_waiting_main_thread
+    out, err, status = run_ruby(<<~'RUBY')
+      q = RapidThread::RactorQueue.new
+      trap(:USR1) { q << "USR1" }
+      Thread.new { loop { Process.kill :USR1, $$; sleep 0.01 } }
+      puts q.pop, q.pop, "exit"
+    RUBY
+    assert status.success?, err
+    assert_equal "USR1\nUSR1\nexit\n", out
+  end
+
+  def test_ctrl_c_interrupts_a_blocked_pop
+    out, err, status = run_ruby(<<~'RUBY')
+      q = RapidThread::RactorQueue.new
+      Thread.new { Thread.pass until q.num_waiting == 1; Process.kill :INT, $$ }
+      begin
+        q.pop
+      rescue Interrupt
+        puts "Interrupt"
+      end
+    RUBY
+    assert status.success?, err
+    assert_equal "Interrupt\n", out
+  end
+
+  def test_items_survive_gc_compaction
+    skip "GC.compact is not supported here" unless GC.respond_to?(:compact)
+    q = RapidThread::RactorQueue.new
+    strings = Array.new(500) { |i| "item #{i}" * 3 }
+    strings.each { |s| q << s }
+    GC.verify_compaction_references(**COMPACT_EVERYTHING)
+    GC.compact
+    assert_equal strings, Array.new(500) { q.pop }
+  end
+
+  def test_other_classes_stay_in_the_main_ractor
+    out = ractors(<<~RUBY)
+      r = Ractor.new do
+        [RapidThread::Queue, RapidThread::SizedQueue, RapidThread::ConditionVariable].map do |c|
+          c.new(*([1] if c == RapidThread::SizedQueue))
+          :allowed
+        rescue Ractor::UnsafeError
+          :refused
+        end
+      end
+      p r.take
+      p Ractor.new { RQ.new.tap { |q| q << 1 }.pop }.take
+    RUBY
+    assert_equal "[:refused, :refused, :refused]\n1\n", out
+  end
+
+  # --- across Ractors ------------------------------------------------------
+
+  def test_one_producer_two_consumers_deliver_every_item_once
+    out = ractors(<<~RUBY)
+      [nil, 16].each do |max|
+        q = RQ.new(*max)
+        total = n(50_000)
+        consumers = Array.new(2) do
+          Ractor.new(q) do |qq|
+            seen = []
+            while (v = qq.pop)
+              seen << v
+            end
+            seen
+          end
+        end
+        producer = Ractor.new(q, total) do |qq, t|
+          t.times { |i| qq << i }
+          qq.close
+          :done
+        end
+        producer.take
+        all = consumers.flat_map(&:take)
+        p [all.size == total, all.sort == (0...total).to_a]
+      end
+    RUBY
+    assert_equal "[true, true]\n[true, true]\n", out
+  end
+
+  def test_close_wakes_waiters_in_other_ractors
+    out = ractors(<<~RUBY)
+      q = RQ.new(1)
+      poppers = Array.new(2) { Ractor.new(q) { |qq| qq.pop } }
+      wait_for { q.num_waiting == 2 }
+      full = RQ.new(1)
+      full << :x
+      pusher = Ractor.new(full) do |qq|
+        qq << :y
+        :pushed
+      rescue ClosedQueueError => e
+        e.message
+      end
+      wait_for { full.num_waiting == 1 }
+      q.close
+      full.close
+      p poppers.map(&:take), pusher.take, full.pop, full.pop
+    RUBY
+    assert_equal "[nil, nil]\n\"queue closed\"\n:x\nnil\n", out
+  end
+
+  def test_timeouts_and_bounded_blocking_across_ractors
+    out = ractors(<<~RUBY)
+      q = RQ.new(2)
+      r = Ractor.new(q) do |qq|
+        t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        got = qq.pop(timeout: 0.05)
+        waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
+        [got, waited >= 0.05]
+      end
+      p r.take
+      q << 1 << 2
+      blocked = Ractor.new(q) { |qq| qq.push(3); :pushed }
+      wait_for { q.num_waiting == 1 }
+      p q.size
+      p q.pop
+      p blocked.take, q.size
+      timed = Ractor.new(q) { |qq| qq.push(4, timeout: 0.05) }
+      p timed.take
+    RUBY
+    assert_equal "[nil, true]\n2\n1\n:pushed\n2\nnil\n", out
+  end
+
+  def test_a_pop_in_another_ractor_is_interruptible
+    out = ractors(<<~RUBY)
+      q = RQ.new
+      r = Ractor.new(q) do |qq|
+        t = Thread.new { qq.pop }
+        t.report_on_exception = false
+        Thread.pass until qq.num_waiting >= 1
+        t.raise(IOError, "stop")
+        begin
+          t.join
+        rescue IOError => e
+          e.message
+        end
+      end
+      p r.take
+      r = Ractor.new(q) do |qq|
+        me = Thread.current
+        Thread.new { Thread.pass until qq.num_waiting >= 1; me.raise(IOError, "late") }
+        begin
+          qq.pop
+        rescue IOError => e
+          e.message
+        end
+      end
+      p r.take
+      p q.num_waiting
+    RUBY
+    assert_equal "\"stop\"\n\"late\"\n0\n", out
+  end
+
+  def test_many_ractors_under_gc_stress
+    out = ractors(<<~RUBY, stress: true, timeout: 240)
+      q = RQ.new(4)
+      total = 100
+      consumers = Array.new(3) do
+        Ractor.new(q) do |qq|
+          seen = []
+          while (v = qq.pop)
+            seen << v
+          end
+          seen
+        end
+      end
+      producers = Array.new(2) do |p|
+        Ractor.new(q, p, total) do |qq, pp, t|
+          t.times { |i| qq << "p\#{pp}-\#{i}" }
+          :done
+        end
+      end
+      producers.each(&:take)
+      q.close
+      all = consumers.flat_map(&:take)
+      expected = (0..1).flat_map { |p| Array.new(total) { |i| "p\#{p}-\#{i}" } }
+      p all.sort == expected.sort, all.all?(&:frozen?)
+    RUBY
+    assert_equal "true\ntrue\n", out
+  end
+
+  # The child forgets the parent's items and waiters (a thread of another
+  # Ractor may have held the queue's lock at the fork) and gets an empty
+  # queue, as bounded and as open as it was.
+  def test_a_forked_child_gets_an_empty_usable_queue
+    skip "no fork" unless Process.respond_to?(:fork)
+    out = ractors(<<~RUBY)
+      q = RQ.new(3)
+      q << 1 << 2
+      w = RQ.new
+      waiter = Ractor.new(w) { |ww| ww.pop }
+      wait_for { w.num_waiting == 1 }
+      pid = fork do
+        p [q.size, q.max, q.closed?, w.num_waiting]
+        q << :child
+        p q.pop
+        p q.pop(timeout: 0.01)
+        exit!(0)
+      end
+      Process.wait(pid)
+      p $?.success?
+      p [q.size, w.num_waiting]
+      w << :parent
+      p waiter.take
+    RUBY
+    assert_equal "[0, 3, false, 0]\n:child\nnil\ntrue\n[2, 1]\n:parent\n", out
+  end
+end
