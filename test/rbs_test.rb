@@ -12,7 +12,7 @@ class RBSTest < RapidThreadTest
     "RapidThread" => RapidThread, "RapidThread::Queue" => RapidThread::Queue,
     "RapidThread::SizedQueue" => RapidThread::SizedQueue,
     "RapidThread::ConditionVariable" => RapidThread::ConditionVariable, "RapidThread::Task" => RapidThread::Task,
-    "Thread" => Thread
+    "RapidThread::RactorQueue" => RapidThread::RactorQueue, "Thread" => Thread
   }.freeze
 
   def setup

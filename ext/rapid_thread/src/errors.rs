@@ -13,6 +13,13 @@ static CLOSED_QUEUE_ERROR: Lazy<ExceptionClass> = Lazy::new(|ruby| {
     ExceptionClass::from_value(class.as_value()).expect("ClosedQueueError is an exception class")
 });
 
+/// Looks the lazily found classes up now, in the main Ractor at load time:
+/// a first lookup allocates and registers a GC root, which must not happen
+/// where the GC cannot run (RactorQueue builds errors from any Ractor).
+pub fn init(ruby: &Ruby) {
+    Lazy::force(&CLOSED_QUEUE_ERROR, ruby);
+}
+
 fn ruby() -> Ruby {
     // Every caller runs on a Ruby thread holding the GVL, so this succeeds.
     Ruby::get().expect("called from a Ruby thread")

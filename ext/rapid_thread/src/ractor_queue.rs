@@ -50,6 +50,8 @@ pub struct Shared {
     initialized: AtomicBool,
     /// Capacity; 0 for unbounded. Set once, by `initialize`.
     max: AtomicUsize,
+    /// Threads in `pop`/`push` waits (spinning or asleep): `num_waiting`.
+    waiting: AtomicUsize,
 }
 
 impl Shared {
@@ -62,6 +64,7 @@ impl Shared {
             closed: AtomicBool::new(closed),
             initialized: AtomicBool::new(initialized),
             max: AtomicUsize::new(max),
+            waiting: AtomicUsize::new(0),
         }
     }
 
@@ -128,6 +131,14 @@ impl DataTypeFunctions for RactorQueue {
     }
 }
 
+/// The longest single sleep of a blocked pop or push: the bound on how
+/// late an interrupt can be noticed if its signal is lost (Ruby 3.1, see
+/// `block_nogvl`); Ruby's own time slice.
+const SLICE: Duration = Duration::from_millis(100);
+
+/// A fiber's polling interval under a fiber scheduler.
+const SCHEDULER_SLICE: Duration = Duration::from_millis(10);
+
 /// How a wait without the GVL ended.
 #[derive(PartialEq)]
 enum Woke {
@@ -186,19 +197,59 @@ impl Shared {
     /// queue closes, `deadline` passes, an interrupt arrives, or spuriously:
     /// the caller re-checks. First yields the CPU for up to
     /// `RapidThread.spin_us`, watching the lock-free mirrors, as the other
-    /// waits of the gem do; then sleeps once on the condition variable.
-    fn block(&self, side: Side, deadline: Option<Instant>) -> Woke {
-        let mut woke = Woke::Interrupted;
-        sys::without_gvl(|| woke = self.block_nogvl(side, deadline));
-        woke
+    /// waits of the gem do; then sleeps once on the futex, at most `SLICE`.
+    ///
+    /// Under a fiber scheduler it lets the scheduler run other fibers for a
+    /// slice instead (`kernel_sleep`): a push from another Ractor cannot
+    /// call the scheduler's `unblock`, so the fiber polls.
+    fn block(&self, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
+        self.waiting.fetch_add(1, Ordering::AcqRel);
+        let r = self.block_counted(side, deadline);
+        self.waiting.fetch_sub(1, Ordering::AcqRel);
+        r
     }
 
-    fn block_nogvl(&self, side: Side, deadline: Option<Instant>) -> Woke {
-        let spin = Duration::from_micros(u64::from(crate::spin_us()));
+    fn block_counted(&self, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
+        let scheduler = sys::fiber_scheduler();
+        if scheduler != sys::QNIL {
+            let slice = deadline.map_or(SCHEDULER_SLICE, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(SCHEDULER_SLICE)
+            });
+            sys::scheduler_sleep(scheduler, slice)?;
+            return Ok(Self::timed_out(deadline));
+        }
+        let me = sys::current_thread();
+        let mut woke = Woke::Interrupted;
+        sys::without_gvl(|| woke = self.block_nogvl(side, deadline, me));
+        Ok(woke)
+    }
+
+    fn timed_out(deadline: Option<Instant>) -> Woke {
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            Woke::TimedOut
+        } else {
+            Woke::Ready
+        }
+    }
+
+    /// Without the GVL. Ruby interrupts this thread (`RUBY_UBF_IO`) with a
+    /// signal, which ends the futex sleep (EINTR); one that lands before
+    /// the sleep is seen by the `thread_interrupted` checks, and on Ruby
+    /// 3.1, where a lone signal can also land between them and the sleep
+    /// with nobody to repeat it, the sleep is cut at `SLICE`.
+    fn block_nogvl(&self, side: Side, deadline: Option<Instant>, me: VALUE) -> Woke {
+        let mut spin = Duration::from_micros(u64::from(crate::spin_us()));
+        if let Some(d) = deadline {
+            spin = spin.min(d.saturating_duration_since(Instant::now()));
+        }
         let start = Instant::now();
         while start.elapsed() < spin {
             if self.ready_unlocked(side) {
                 return Woke::Ready;
+            }
+            if sys::thread_interrupted(me) {
+                return Woke::Interrupted;
             }
             std::thread::yield_now();
         }
@@ -207,22 +258,23 @@ impl Shared {
             return Woke::Ready;
         }
         let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return Woke::TimedOut;
-        }
+        let left = match deadline {
+            Some(d) if now >= d => return Woke::TimedOut,
+            Some(d) => (d - now).min(SLICE),
+            None => SLICE,
+        };
         *Self::sleepers(side, &mut s) += 1;
         let ev = self.event(side);
         let seen = ev.seq();
         drop(s);
-        // One sleep: a notification, Ruby's interrupt signal (EINTR) or a
-        // spurious wake-up all return to the caller, which re-checks.
-        ev.sleep(seen, deadline.map(|d| d - now));
-        *Self::sleepers(side, &mut self.lock()) -= 1;
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            Woke::TimedOut
-        } else {
-            Woke::Ready
+        // One sleep: a notification, Ruby's interrupt signal (EINTR), the
+        // slice or a spurious wake-up all return to the caller, which
+        // re-checks.
+        if !sys::thread_interrupted(me) {
+            ev.sleep(seen, Some(left));
         }
+        *Self::sleepers(side, &mut self.lock()) -= 1;
+        Self::timed_out(deadline)
     }
 
     /// A waiter that leaves without taking its turn (an interrupt raised,
@@ -236,10 +288,12 @@ impl Shared {
         }
     }
 
-    /// After a wait: runs pending interrupts (which may raise: a wake-up
-    /// this thread consumed is passed on first).
-    fn after_wait(&self, side: Side) -> Result<(), Error> {
-        sys::check_ints().inspect_err(|_| self.pass_on(side))
+    /// After a wait: runs pending interrupts (which may raise, as the
+    /// scheduler's sleep may have: a wake-up this thread consumed is then
+    /// passed on first).
+    fn after_wait(&self, side: Side, woke: Result<Woke, Error>) -> Result<Woke, Error> {
+        woke.and_then(|w| sys::check_ints().map(|()| w))
+            .inspect_err(|_| self.pass_on(side))
     }
 
     /// Shifts the first item, waking a sleeping pusher (bounded only).
@@ -265,19 +319,15 @@ impl Shared {
             if let Some(v) = self.try_pop() {
                 return Ok(v);
             }
-            if self.closed.load(Ordering::Acquire) {
+            // As queue_do_pop: non_block raises even when closed.
+            if std::mem::replace(&mut first, false) && !should_block {
+                return Err(errors::thread_error("queue empty"));
+            }
+            if self.closed.load(Ordering::Acquire) || timeout == Some(Duration::ZERO) {
                 return Ok(sys::QNIL);
             }
-            if std::mem::replace(&mut first, false) {
-                if !should_block {
-                    return Err(errors::thread_error("queue empty"));
-                }
-                if timeout == Some(Duration::ZERO) {
-                    return Ok(sys::QNIL);
-                }
-            }
             let woke = self.block(Side::Pop, deadline);
-            self.after_wait(Side::Pop)?;
+            let woke = self.after_wait(Side::Pop, woke)?;
             if woke == Woke::TimedOut {
                 // One last look, as stock re-checks after its sleep.
                 if let Some(v) = self.try_pop() {
@@ -290,10 +340,13 @@ impl Shared {
     }
 
     /// Appends `v` (already shareable) when there is room: Ok(true); no
-    /// room: Ok(false); closed: ClosedQueueError.
+    /// room: Ok(false); closed: ClosedQueueError, built once the lock is
+    /// released (building an error may allocate, and a GC then marks the
+    /// items under the same lock).
     fn try_push(&self, v: VALUE) -> Result<bool, Error> {
         let mut s = self.lock();
         if self.closed.load(Ordering::Acquire) {
+            drop(s);
             return Err(errors::closed_queue());
         }
         if !self.has_room(&s) {
@@ -336,7 +389,7 @@ impl Shared {
                 }
             }
             let woke = self.block(Side::Push, deadline);
-            self.after_wait(Side::Push)?;
+            let woke = self.after_wait(Side::Push, woke)?;
             if woke == Woke::TimedOut {
                 if self.try_push(v)? {
                     sys::write_barrier(me, v);
@@ -459,11 +512,9 @@ fn max(rb_self: Value) -> Result<Option<usize>, Error> {
     Ok((m != 0).then_some(m))
 }
 
-/// Threads (of any Ractor) asleep in `pop` or `push` on this queue.
+/// Threads (of any Ractor) blocked in `pop` or `push` on this queue.
 fn num_waiting(rb_self: Value) -> Result<usize, Error> {
-    let q = get(&rb_self)?;
-    let s = q.lock();
-    Ok(s.poppers + s.pushers)
+    Ok(get(&rb_self)?.waiting.load(Ordering::Acquire))
 }
 
 fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
@@ -471,6 +522,7 @@ fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
 }
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
+    errors::init(ruby);
     let class = module.define_class("RactorQueue", ruby.class_object())?;
     class.define_alloc_func::<RactorQueue>();
     sys::undef_method(class.as_value(), c"initialize_copy");

@@ -5,7 +5,7 @@
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use magnus::rb_sys::protect;
 use magnus::Error;
@@ -112,7 +112,9 @@ pub fn without_gvl<B: FnOnce()>(body: B) -> bool {
 pub struct ForkCell<T> {
     cell: UnsafeCell<T>,
     gen: AtomicU64,
-    resetting: AtomicBool,
+    /// The generation whose reset has been claimed (a stale value, left
+    /// by a fork in the middle of a reset, is claimable again).
+    resetting: AtomicU64,
     fresh: fn(&T) -> T,
 }
 
@@ -130,7 +132,7 @@ impl<T> ForkCell<T> {
         ForkCell {
             cell: UnsafeCell::new(v),
             gen: AtomicU64::new(fork_generation()),
-            resetting: AtomicBool::new(false),
+            resetting: AtomicU64::new(fork_generation()),
             fresh,
         }
     }
@@ -147,32 +149,36 @@ impl<T> ForkCell<T> {
 
     #[cold]
     fn reset(&self, g: u64) {
-        if self
-            .resetting
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            if self.gen.load(Ordering::Acquire) != g {
-                // SAFETY: we are in a forked child (the generation moved),
-                // whose threads are all new since the fork and have not
-                // seen this generation's contents: every access goes
-                // through `get`, which waits below until the write is
-                // done. The parent's value is forgotten, not dropped: a
-                // thread that vanished in the fork may have left it half
-                // updated (its memory is leaked, once per fork).
-                unsafe {
-                    let p = self.cell.get();
-                    let fresh = (self.fresh)(&*p);
-                    std::mem::forget(ptr::replace(p, fresh));
+        loop {
+            let r = self.resetting.load(Ordering::Acquire);
+            if r == g {
+                // Claimed by another thread of this process: wait for it.
+                while self.gen.load(Ordering::Acquire) != g {
+                    std::hint::spin_loop();
                 }
-                self.gen.store(g, Ordering::Release);
+                return;
             }
-            self.resetting.store(false, Ordering::Release);
-        } else {
-            while self.gen.load(Ordering::Acquire) != g {
-                std::hint::spin_loop();
+            if self
+                .resetting
+                .compare_exchange(r, g, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break;
             }
         }
+        // SAFETY: we are in a forked child (the generation moved) and won
+        // the claim for this generation; every other access goes through
+        // `get`, which waits above until the write is done, and no thread
+        // of the child holds a reference from before (threads of the
+        // parent do not exist here). The parent's value is forgotten, not
+        // dropped: a thread that vanished in the fork may have left it half
+        // updated (its memory is leaked, once per fork).
+        unsafe {
+            let p = self.cell.get();
+            let fresh = (self.fresh)(&*p);
+            std::mem::forget(ptr::replace(p, fresh));
+        }
+        self.gen.store(g, Ordering::Release);
     }
 }
 
@@ -240,4 +246,30 @@ impl Event {
             );
         }
     }
+}
+
+/// `rb_thread_interrupted(thread)`: whether `thread` has a pending
+/// interrupt (Thread#raise, kill, a signal for the main thread). Only
+/// reads a flag, so a thread that released the GVL may ask about itself.
+pub fn thread_interrupted(thread: VALUE) -> bool {
+    // SAFETY: `thread` is the calling thread's own Thread (alive while it
+    // runs); rb_thread_interrupted reads its execution context's flags.
+    unsafe { rb_sys::rb_thread_interrupted(thread) != 0 }
+}
+
+/// The current fiber scheduler of a non-blocking fiber, or nil.
+pub fn fiber_scheduler() -> VALUE {
+    // SAFETY: a plain query, GVL held.
+    unsafe { rb_sys::rb_fiber_scheduler_current() }
+}
+
+/// `scheduler.kernel_sleep(duration)`: lets the scheduler run other fibers
+/// for up to `d`. May raise (an interrupt), caught by protect.
+pub fn scheduler_sleep(scheduler: VALUE, d: std::time::Duration) -> Result<(), Error> {
+    // SAFETY: calls the scheduler's Ruby code; the Float is a flonum or
+    // kept on this frame until the call returns.
+    protect(|| unsafe {
+        rb_sys::rb_fiber_scheduler_kernel_sleep(scheduler, rb_sys::rb_float_new(d.as_secs_f64()))
+    })?;
+    Ok(())
 }
