@@ -87,7 +87,9 @@ NOTES = {
   "micro_push_pop" => "Queue, one thread",
   "batch_drain" => "gem-only API: push_all(256 items) / pop_batch(256) where stock pushes and pops one by one",
   "select_handoff" => "gem-only API: the echo thread selects over two queues where stock pops one",
-  "handoff_pingpong" => "Queue + spawn, two threads"
+  "handoff_pingpong" => "Queue + spawn, two threads",
+  "ractor_share" => "gem-only API: 1 producer and 2 consumer Ractors share a RactorQueue; stock: the pipe-Ractor idiom",
+  "ractor_single" => "RactorQueue in place of Thread::Queue, one thread: the cost of sharing (< 1.0x expected)"
 }.freeze
 # Scenarios of the gem-only API: a "plain" side (the gem's classes, one item
 # per call, RAPID_THREAD_BENCH_IMPL=gem-plain) measures them against the
