@@ -434,8 +434,15 @@ fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Re
         *seen = started;
         *since = Instant::now();
     }
-    if !pending || starting > 0 {
+    if !pending {
         *batch = 1;
+        return Ok(());
+    }
+    if starting > 0 {
+        // The last batch has not started yet (the spawner holds the GVL):
+        // wait for it, keeping the batch size, so that a stall that lasts
+        // still doubles it (resetting here made 1000 blocked blocks grow
+        // one or two threads at a time: vm_thread_close).
         return Ok(());
     }
     let n = if !can_progress()? {
