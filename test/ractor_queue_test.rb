@@ -122,10 +122,46 @@ class RactorQueueTest < RapidThreadTest
     q << :last
     q.close
     assert_equal [ClosedQueueError, "queue closed"], error_of { q << 1 }
-    assert_equal [ClosedQueueError, "queue closed"], error_of { q.push(1, true) }
+    assert_equal [ThreadError, "queue full"], error_of { q.push(1, true) }, "full first, as SizedQueue"
     assert_equal :last, q.pop
+    assert_equal [ClosedQueueError, "queue closed"], error_of { q.push(1, true) }
     assert_nil q.pop
     assert_equal [ThreadError, "queue empty"], error_of { q.pop(true) }, "closed and empty: raises, as Thread::Queue"
+  end
+
+  # Ruby 3.3's order (rb_szqueue_push): full and non_block: "queue full";
+  # full and timeout: 0: nil; otherwise closed: ClosedQueueError.
+  def test_a_full_closed_queue_refuses_as_sized_queue_does
+    q = RapidThread::RactorQueue.new(1)
+    s = Thread::SizedQueue.new(1)
+    [q, s].each { |x| x << 1 }
+    [q, s].each(&:close)
+    assert_equal [ThreadError, "queue full"], error_of { q.push(2, true) }
+    assert_equal error_of { s.push(2, true) }, error_of { q.push(2, true) }
+    assert_equal error_of { s.push(2) }, error_of { q.push(2) }
+    assert_nil q.push(2, timeout: 0)
+    assert_equal [ClosedQueueError, "queue closed"], error_of { q.push(2, timeout: 1) }
+    open_q = RapidThread::RactorQueue.new(2)
+    open_q.close
+    assert_equal [ClosedQueueError, "queue closed"], error_of { open_q.push(2, true) }
+  end
+
+  # Marking also runs outside a GC (ObjectSpace.reachable_objects_from),
+  # whose callback allocates: a GC started there marks the queue again.
+  # It used to wait for its own lock, forever. In a child: a hang there is
+  # not interruptible.
+  def test_reachable_objects_from_a_queue_under_gc_stress
+    out, err, status = run_ruby(<<~'RUBY', timeout: 60)
+      require "objspace"
+      q = RapidThread::RactorQueue.new
+      20.times { |i| q << "item #{i}" }
+      GC.stress = true
+      n = ObjectSpace.reachable_objects_from(q).count { |o| o.is_a?(String) }
+      GC.stress = false
+      p n
+    RUBY
+    assert status.success?, err
+    assert_equal "20\n", out
   end
 
   def test_bad_arguments
@@ -249,8 +285,12 @@ class RactorQueueTest < RapidThreadTest
     assert_equal "USR1\nUSR1\nexit\n", out
   end
 
+  # Ruby's own SIGINT handler (Interrupt) is installed first: a process
+  # started in the background by a non-interactive shell (as CI may run
+  # the suite) inherits SIGINT ignored, and Ruby keeps it ignored.
   def test_ctrl_c_interrupts_a_blocked_pop
     out, err, status = run_ruby(<<~'RUBY')
+      trap(:INT, "DEFAULT")
       q = RapidThread::RactorQueue.new
       Thread.new { Thread.pass until q.num_waiting == 1; Process.kill :INT, $$ }
       begin

@@ -116,8 +116,11 @@ impl Default for RactorQueue {
 
 impl DataTypeFunctions for RactorQueue {
     fn mark(&self, _: &Marker) {
-        let s = self.shared.get().lock();
-        s.items.iter().for_each(|v| sys::mark_movable(*v));
+        // Copied out, then marked with the lock released: marking also runs
+        // outside a GC (ObjectSpace.reachable_objects_from), whose callback
+        // allocates and can start a GC that marks this queue again.
+        let items: Vec<VALUE> = self.shared.get().lock().items.iter().copied().collect();
+        items.iter().for_each(|v| sys::mark_movable(*v));
     }
 
     fn compact(&self, _: &Compactor) {
@@ -193,38 +196,6 @@ impl Shared {
         }
     }
 
-    /// Blocks (GVL released) until the condition of `side` may hold, the
-    /// queue closes, `deadline` passes, an interrupt arrives, or spuriously:
-    /// the caller re-checks. First yields the CPU for up to
-    /// `RapidThread.spin_us`, watching the lock-free mirrors, as the other
-    /// waits of the gem do; then sleeps once on the futex, at most `SLICE`.
-    ///
-    /// Under a fiber scheduler it lets the scheduler run other fibers for a
-    /// slice instead (`kernel_sleep`): a push from another Ractor cannot
-    /// call the scheduler's `unblock`, so the fiber polls.
-    fn block(&self, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
-        self.waiting.fetch_add(1, Ordering::AcqRel);
-        let r = self.block_counted(side, deadline);
-        self.waiting.fetch_sub(1, Ordering::AcqRel);
-        r
-    }
-
-    fn block_counted(&self, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
-        let scheduler = sys::fiber_scheduler();
-        if scheduler != sys::QNIL {
-            let slice = deadline.map_or(SCHEDULER_SLICE, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(SCHEDULER_SLICE)
-            });
-            sys::scheduler_sleep(scheduler, slice)?;
-            return Ok(Self::timed_out(deadline));
-        }
-        let me = sys::current_thread();
-        let mut woke = Woke::Interrupted;
-        sys::without_gvl(|| woke = self.block_nogvl(side, deadline, me));
-        Ok(woke)
-    }
-
     fn timed_out(deadline: Option<Instant>) -> Woke {
         if deadline.is_some_and(|d| Instant::now() >= d) {
             Woke::TimedOut
@@ -288,14 +259,6 @@ impl Shared {
         }
     }
 
-    /// After a wait: runs pending interrupts (which may raise, as the
-    /// scheduler's sleep may have: a wake-up this thread consumed is then
-    /// passed on first).
-    fn after_wait(&self, side: Side, woke: Result<Woke, Error>) -> Result<Woke, Error> {
-        woke.and_then(|w| sys::check_ints().map(|()| w))
-            .inspect_err(|_| self.pass_on(side))
-    }
-
     /// Shifts the first item, waking a sleeping pusher (bounded only).
     fn try_pop(&self) -> Option<VALUE> {
         let mut s = self.lock();
@@ -312,45 +275,16 @@ impl Shared {
         Some(v)
     }
 
-    fn pop(&self, should_block: bool, timeout: Option<Duration>) -> Result<VALUE, Error> {
-        let deadline = wait::deadline_after(timeout);
-        let mut first = true;
-        loop {
-            if let Some(v) = self.try_pop() {
-                return Ok(v);
-            }
-            // As queue_do_pop: non_block raises even when closed.
-            if std::mem::replace(&mut first, false) && !should_block {
-                return Err(errors::thread_error("queue empty"));
-            }
-            if self.closed.load(Ordering::Acquire) || timeout == Some(Duration::ZERO) {
-                return Ok(sys::QNIL);
-            }
-            let woke = self.block(Side::Pop, deadline);
-            let woke = self.after_wait(Side::Pop, woke)?;
-            if woke == Woke::TimedOut {
-                // One last look, as stock re-checks after its sleep.
-                if let Some(v) = self.try_pop() {
-                    return Ok(v);
-                }
-                self.pass_on(Side::Pop);
-                return Ok(sys::QNIL);
-            }
-        }
-    }
-
-    /// Appends `v` (already shareable) when there is room: Ok(true); no
-    /// room: Ok(false); closed: ClosedQueueError, built once the lock is
-    /// released (building an error may allocate, and a GC then marks the
-    /// items under the same lock).
-    fn try_push(&self, v: VALUE) -> Result<bool, Error> {
+    /// Appends `v` (already shareable) when there is room and the queue
+    /// is open. Any error is built by the caller, once the lock is
+    /// released (building one may allocate, and a GC then marks the items).
+    fn try_push(&self, v: VALUE) -> Stored {
         let mut s = self.lock();
-        if self.closed.load(Ordering::Acquire) {
-            drop(s);
-            return Err(errors::closed_queue());
-        }
         if !self.has_room(&s) {
-            return Ok(false);
+            return Stored::Full;
+        }
+        if self.closed.load(Ordering::Acquire) {
+            return Stored::Closed;
         }
         s.items.push_back(v);
         self.len.store(s.items.len(), Ordering::Release);
@@ -362,10 +296,128 @@ impl Shared {
         if wake {
             self.not_empty.wake(1);
         }
-        Ok(true)
+        Stored::Yes
     }
 
-    /// Ok(false): timed out.
+    fn is_full(&self) -> bool {
+        let max = self.max();
+        max != 0 && self.len.load(Ordering::Acquire) >= max
+    }
+
+    /// What a push decides without storing, in Ruby 3.3's order
+    /// (rb_szqueue_push): full and `non_block`: "queue full"; full and
+    /// `timeout: 0`: nil; closed: ClosedQueueError. None: store or wait.
+    fn push_refusal(
+        &self,
+        full: bool,
+        first: bool,
+        should_block: bool,
+        timeout: Option<Duration>,
+    ) -> Option<Result<bool, Error>> {
+        if full && first {
+            if !should_block {
+                return Some(Err(errors::thread_error("queue full")));
+            }
+            if timeout == Some(Duration::ZERO) {
+                return Some(Ok(false));
+            }
+        }
+        self.closed
+            .load(Ordering::Acquire)
+            .then(|| Err(errors::closed_queue()))
+    }
+}
+
+enum Stored {
+    Yes,
+    Full,
+    Closed,
+}
+
+/// The waits. Their state is fetched again after every Ruby call (a trap
+/// handler, a fiber scheduler or a copy's `initialize_copy` may fork, and
+/// the child then has a fresh `Shared`), never held across one.
+impl RactorQueue {
+    fn sh(&self) -> &Shared {
+        self.shared.get()
+    }
+
+    /// Blocks (GVL released) until the condition of `side` may hold, the
+    /// queue closes, `deadline` passes, an interrupt arrives, or spuriously:
+    /// the caller re-checks. First yields the CPU for up to
+    /// `RapidThread.spin_us`, watching the lock-free mirrors, as the other
+    /// waits of the gem do; then sleeps once on the futex, at most `SLICE`.
+    ///
+    /// Under a fiber scheduler it lets the scheduler run other fibers for a
+    /// slice instead (`kernel_sleep`): a push from another Ractor cannot
+    /// call the scheduler's `unblock`, so the fiber polls.
+    fn block(&self, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
+        let gen = sys::fork_generation();
+        self.sh().waiting.fetch_add(1, Ordering::AcqRel);
+        let r = self.block_counted(side, deadline);
+        // A fork meanwhile (under a scheduler) left this count in the
+        // parent's state: the child's starts at 0.
+        if sys::fork_generation() == gen {
+            self.sh().waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+        r
+    }
+
+    fn block_counted(&self, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
+        let scheduler = sys::fiber_scheduler();
+        if scheduler != sys::QNIL {
+            let slice = deadline.map_or(SCHEDULER_SLICE, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(SCHEDULER_SLICE)
+            });
+            sys::scheduler_sleep(scheduler, slice)?;
+            return Ok(Shared::timed_out(deadline));
+        }
+        let me = sys::current_thread();
+        let q = self.sh();
+        let mut woke = Woke::Interrupted;
+        sys::without_gvl(|| woke = q.block_nogvl(side, deadline, me));
+        Ok(woke)
+    }
+
+    /// After a wait: runs pending interrupts (which may raise, as the
+    /// scheduler's sleep may have: a wake-up this thread consumed is then
+    /// passed on first).
+    fn after_wait(&self, side: Side, woke: Result<Woke, Error>) -> Result<Woke, Error> {
+        woke.and_then(|w| sys::check_ints().map(|()| w))
+            .inspect_err(|_| self.sh().pass_on(side))
+    }
+
+    fn pop(&self, should_block: bool, timeout: Option<Duration>) -> Result<VALUE, Error> {
+        let deadline = wait::deadline_after(timeout);
+        let mut first = true;
+        loop {
+            let q = self.sh();
+            if let Some(v) = q.try_pop() {
+                return Ok(v);
+            }
+            // As queue_do_pop: non_block raises even when closed.
+            if std::mem::replace(&mut first, false) && !should_block {
+                return Err(errors::thread_error("queue empty"));
+            }
+            if q.closed.load(Ordering::Acquire) || timeout == Some(Duration::ZERO) {
+                return Ok(sys::QNIL);
+            }
+            let woke = self.block(Side::Pop, deadline);
+            let woke = self.after_wait(Side::Pop, woke)?;
+            if woke == Woke::TimedOut {
+                // One last look, as stock re-checks after its sleep.
+                let q = self.sh();
+                if let Some(v) = q.try_pop() {
+                    return Ok(v);
+                }
+                q.pass_on(Side::Pop);
+                return Ok(sys::QNIL);
+            }
+        }
+    }
+
+    /// Ok(false): timed out (or `timeout: 0` and full).
     fn push(
         &self,
         me: VALUE,
@@ -376,26 +428,36 @@ impl Shared {
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
         loop {
-            if self.try_push(v)? {
-                sys::write_barrier(me, v);
-                return Ok(true);
-            }
-            if std::mem::replace(&mut first, false) {
-                if !should_block {
-                    return Err(errors::thread_error("queue full"));
+            let q = self.sh();
+            let full = match q.try_push(v) {
+                Stored::Yes => {
+                    sys::write_barrier(me, v);
+                    return Ok(true);
                 }
-                if timeout == Some(Duration::ZERO) {
-                    return Ok(false);
-                }
+                Stored::Closed => return Err(errors::closed_queue()),
+                Stored::Full => true,
+            };
+            if let Some(r) = q.push_refusal(
+                full,
+                std::mem::replace(&mut first, false),
+                should_block,
+                timeout,
+            ) {
+                return r;
             }
             let woke = self.block(Side::Push, deadline);
             let woke = self.after_wait(Side::Push, woke)?;
             if woke == Woke::TimedOut {
-                if self.try_push(v)? {
-                    sys::write_barrier(me, v);
-                    return Ok(true);
+                let q = self.sh();
+                match q.try_push(v) {
+                    Stored::Yes => {
+                        sys::write_barrier(me, v);
+                        return Ok(true);
+                    }
+                    Stored::Closed => return Err(errors::closed_queue()),
+                    Stored::Full => {}
                 }
-                self.pass_on(Side::Push);
+                q.pass_on(Side::Push);
                 return Ok(false);
             }
         }
@@ -404,14 +466,13 @@ impl Shared {
 
 // --- Ruby methods ---------------------------------------------------------
 
-fn get(rb_self: &Value) -> Result<&Shared, Error> {
+fn get(rb_self: &Value) -> Result<&RactorQueue, Error> {
     let q = sys::typed_ref::<RactorQueue>(rb_self)
         .ok_or_else(|| errors::wrong_receiver(*rb_self, "RapidThread::RactorQueue"))?;
-    let shared = q.shared.get();
-    if !shared.initialized.load(Ordering::Acquire) {
+    if !q.sh().initialized.load(Ordering::Acquire) {
         return Err(errors::not_initialized(*rb_self));
     }
-    Ok(shared)
+    Ok(q)
 }
 
 /// `initialize(max = nil)`: unbounded, or at most `max` items. Freezes the
@@ -454,8 +515,17 @@ fn push(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
         let (nb, t) = block_and_timeout(a.optional.0, a.keywords)?;
         (a.required.0, nb, t)
     };
-    if q.closed.load(Ordering::Acquire) {
-        return Err(errors::closed_queue());
+    // Decided before the copy when it can be: a closed (or full and
+    // non-blocking) queue refuses without copying.
+    let sh = q.sh();
+    if let Some(r) = sh.push_refusal(sh.is_full(), true, !non_block, timeout) {
+        return r.map(|pushed| {
+            if pushed {
+                rb_self
+            } else {
+                sys::value(sys::QNIL)
+            }
+        });
     }
     let item = sys::shareable(sys::raw(obj))?;
     let pushed = q.push(sys::raw(rb_self), item, !non_block, timeout);
@@ -479,7 +549,7 @@ fn pop(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
 }
 
 fn close(rb_self: Value) -> Result<Value, Error> {
-    let q = get(&rb_self)?;
+    let q = get(&rb_self)?.sh();
     let newly = {
         let _s = q.lock();
         let newly = !q.closed.swap(true, Ordering::AcqRel);
@@ -495,26 +565,26 @@ fn close(rb_self: Value) -> Result<Value, Error> {
 }
 
 fn is_closed(rb_self: Value) -> Result<bool, Error> {
-    Ok(get(&rb_self)?.closed.load(Ordering::Acquire))
+    Ok(get(&rb_self)?.sh().closed.load(Ordering::Acquire))
 }
 
 fn length(rb_self: Value) -> Result<usize, Error> {
-    Ok(get(&rb_self)?.lock().items.len())
+    Ok(get(&rb_self)?.sh().lock().items.len())
 }
 
 fn is_empty(rb_self: Value) -> Result<bool, Error> {
-    Ok(get(&rb_self)?.lock().items.is_empty())
+    Ok(get(&rb_self)?.sh().lock().items.is_empty())
 }
 
 /// The capacity, or nil when unbounded.
 fn max(rb_self: Value) -> Result<Option<usize>, Error> {
-    let m = get(&rb_self)?.max();
+    let m = get(&rb_self)?.sh().max();
     Ok((m != 0).then_some(m))
 }
 
 /// Threads (of any Ractor) blocked in `pop` or `push` on this queue.
 fn num_waiting(rb_self: Value) -> Result<usize, Error> {
-    Ok(get(&rb_self)?.waiting.load(Ordering::Acquire))
+    Ok(get(&rb_self)?.sh().waiting.load(Ordering::Acquire))
 }
 
 fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
