@@ -684,14 +684,17 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
     class.define_method("num_waiting", method!(num_waiting, 0))?;
     class.define_method("push_all", method!(push_all, 1))?;
     class.define_method("pop_batch", method!(pop_batch, -1))?;
-    for (alias, name) in [
-        ("enq", "push"),
-        ("<<", "push"),
-        ("deq", "pop"),
-        ("shift", "pop"),
-        ("size", "length"),
-    ] {
+    for (alias, name) in ALIASES {
         class.define_alias(alias, name)?;
     }
     Ok(class)
 }
+
+/// Thread::Queue's aliases, which RactorQueue has too.
+pub const ALIASES: [(&str, &str); 5] = [
+    ("enq", "push"),
+    ("<<", "push"),
+    ("deq", "pop"),
+    ("shift", "pop"),
+    ("size", "length"),
+];

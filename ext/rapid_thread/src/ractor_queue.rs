@@ -86,9 +86,14 @@ impl Shared {
         self.max.load(Ordering::Relaxed)
     }
 
-    fn has_room(&self, s: &State) -> bool {
+    /// Whether `len` items leave room for one more.
+    fn has_room_for(&self, len: usize) -> bool {
         let max = self.max();
-        max == 0 || s.items.len() < max
+        max == 0 || len < max
+    }
+
+    fn has_room(&self, s: &State) -> bool {
+        self.has_room_for(s.items.len())
     }
 }
 
@@ -175,10 +180,7 @@ impl Shared {
         let len = self.len.load(Ordering::Acquire);
         match side {
             Side::Pop => len > 0,
-            Side::Push => {
-                let max = self.max();
-                max == 0 || len < max
-            }
+            Side::Push => self.has_room_for(len),
         }
     }
 
@@ -253,10 +255,17 @@ impl Shared {
     fn pass_on(&self, side: Side) {
         let mut s = self.lock();
         if *Self::sleepers(side, &mut s) > 0 && self.ready(side, &s) {
-            self.event(side).bump();
-            drop(s);
-            self.event(side).wake(1);
+            self.notify_one(side, s);
         }
+    }
+
+    /// Wakes one sleeper of `side`: bumps its event under the lock `s` (so
+    /// a waiter about to sleep returns at once), releases it, then wakes.
+    fn notify_one(&self, side: Side, s: MutexGuard<'_, State>) {
+        let ev = self.event(side);
+        ev.bump();
+        drop(s);
+        ev.wake(1);
     }
 
     /// Shifts the first item, waking a sleeping pusher (bounded only).
@@ -264,13 +273,8 @@ impl Shared {
         let mut s = self.lock();
         let v = s.items.pop_front()?;
         self.len.store(s.items.len(), Ordering::Release);
-        let wake = s.pushers > 0;
-        if wake {
-            self.not_full.bump();
-        }
-        drop(s);
-        if wake {
-            self.not_full.wake(1);
+        if s.pushers > 0 {
+            self.notify_one(Side::Push, s);
         }
         Some(v)
     }
@@ -288,20 +292,14 @@ impl Shared {
         }
         s.items.push_back(v);
         self.len.store(s.items.len(), Ordering::Release);
-        let wake = s.poppers > 0;
-        if wake {
-            self.not_empty.bump();
-        }
-        drop(s);
-        if wake {
-            self.not_empty.wake(1);
+        if s.poppers > 0 {
+            self.notify_one(Side::Pop, s);
         }
         Stored::Yes
     }
 
     fn is_full(&self) -> bool {
-        let max = self.max();
-        max != 0 && self.len.load(Ordering::Acquire) >= max
+        !self.has_room_for(self.len.load(Ordering::Acquire))
     }
 
     /// What a push decides without storing, in Ruby 3.3's order
@@ -391,10 +389,16 @@ impl RactorQueue {
     fn pop(&self, should_block: bool, timeout: Option<Duration>) -> Result<VALUE, Error> {
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
+        let mut timed_out = false;
         loop {
             let q = self.sh();
             if let Some(v) = q.try_pop() {
                 return Ok(v);
+            }
+            if timed_out {
+                // That was the last look, as stock re-checks after its sleep.
+                q.pass_on(Side::Pop);
+                return Ok(sys::QNIL);
             }
             // As queue_do_pop: non_block raises even when closed.
             if std::mem::replace(&mut first, false) && !should_block {
@@ -404,16 +408,7 @@ impl RactorQueue {
                 return Ok(sys::QNIL);
             }
             let woke = self.block(Side::Pop, deadline);
-            let woke = self.after_wait(Side::Pop, woke)?;
-            if woke == Woke::TimedOut {
-                // One last look, as stock re-checks after its sleep.
-                let q = self.sh();
-                if let Some(v) = q.try_pop() {
-                    return Ok(v);
-                }
-                q.pass_on(Side::Pop);
-                return Ok(sys::QNIL);
-            }
+            timed_out = self.after_wait(Side::Pop, woke)? == Woke::TimedOut;
         }
     }
 
@@ -427,39 +422,28 @@ impl RactorQueue {
     ) -> Result<bool, Error> {
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
+        let mut timed_out = false;
         loop {
             let q = self.sh();
-            let full = match q.try_push(v) {
+            match q.try_push(v) {
                 Stored::Yes => {
                     sys::write_barrier(me, v);
                     return Ok(true);
                 }
                 Stored::Closed => return Err(errors::closed_queue()),
-                Stored::Full => true,
-            };
-            if let Some(r) = q.push_refusal(
-                full,
-                std::mem::replace(&mut first, false),
-                should_block,
-                timeout,
-            ) {
-                return r;
+                Stored::Full => {}
             }
-            let woke = self.block(Side::Push, deadline);
-            let woke = self.after_wait(Side::Push, woke)?;
-            if woke == Woke::TimedOut {
-                let q = self.sh();
-                match q.try_push(v) {
-                    Stored::Yes => {
-                        sys::write_barrier(me, v);
-                        return Ok(true);
-                    }
-                    Stored::Closed => return Err(errors::closed_queue()),
-                    Stored::Full => {}
-                }
+            if timed_out {
+                // That was the last look after the deadline.
                 q.pass_on(Side::Push);
                 return Ok(false);
             }
+            let first = std::mem::replace(&mut first, false);
+            if let Some(r) = q.push_refusal(true, first, should_block, timeout) {
+                return r;
+            }
+            let woke = self.block(Side::Push, deadline);
+            timed_out = self.after_wait(Side::Push, woke)? == Woke::TimedOut;
         }
     }
 }
@@ -609,13 +593,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
         class.define_method("max", method!(max, 0))?;
         class.define_method("num_waiting", method!(num_waiting, 0))?;
         class.define_method("marshal_dump", method!(marshal_dump, 0))?;
-        for (alias, name) in [
-            ("enq", "push"),
-            ("<<", "push"),
-            ("deq", "pop"),
-            ("shift", "pop"),
-            ("size", "length"),
-        ] {
+        for (alias, name) in crate::queue::ALIASES {
             class.define_alias(alias, name)?;
         }
         Ok::<(), Error>(())
