@@ -21,6 +21,19 @@ class RactorQueueTest < RapidThreadTest
       end
     end
     RQ = RapidThread::RactorQueue
+    # Consumer Ractors that pop until q is closed and drained; each
+    # returns what it got.
+    def consumers(q, count)
+      Array.new(count) do
+        Ractor.new(q) do |qq|
+          seen = []
+          while (v = qq.pop)
+            seen << v
+          end
+          seen
+        end
+      end
+    end
   RUBY
 
   # Runs `code` in a child (with PRELUDE) and returns its stdout; the child
@@ -336,22 +349,14 @@ class RactorQueueTest < RapidThreadTest
       [nil, 16].each do |max|
         q = RQ.new(*max)
         total = n(50_000)
-        consumers = Array.new(2) do
-          Ractor.new(q) do |qq|
-            seen = []
-            while (v = qq.pop)
-              seen << v
-            end
-            seen
-          end
-        end
+        takers = consumers(q, 2)
         producer = Ractor.new(q, total) do |qq, t|
           t.times { |i| qq << i }
           qq.close
           :done
         end
         producer.take
-        all = consumers.flat_map(&:take)
+        all = takers.flat_map(&:take)
         p [all.size == total, all.sort == (0...total).to_a]
       end
     RUBY
@@ -435,15 +440,7 @@ class RactorQueueTest < RapidThreadTest
     out = ractors(<<~RUBY, stress: true, timeout: 240)
       q = RQ.new(4)
       total = 100
-      consumers = Array.new(3) do
-        Ractor.new(q) do |qq|
-          seen = []
-          while (v = qq.pop)
-            seen << v
-          end
-          seen
-        end
-      end
+      takers = consumers(q, 3)
       producers = Array.new(2) do |p|
         Ractor.new(q, p, total) do |qq, pp, t|
           t.times { |i| qq << "p\#{pp}-\#{i}" }
@@ -452,7 +449,7 @@ class RactorQueueTest < RapidThreadTest
       end
       producers.each(&:take)
       q.close
-      all = consumers.flat_map(&:take)
+      all = takers.flat_map(&:take)
       expected = (0..1).flat_map { |p| Array.new(total) { |i| "p\#{p}-\#{i}" } }
       p all.sort == expected.sort, all.all?(&:frozen?)
     RUBY
