@@ -55,7 +55,8 @@ pub struct State {
     kw_splat: bool,
     /// The block's value, or the exception that ended it.
     result: VALUE,
-    /// The worker running the block, while Running.
+    /// The worker running the block, while Running (not marked: see
+    /// `marked_values`).
     pub thread: VALUE,
     name: VALUE,
     report_on_exception: bool,
@@ -86,12 +87,18 @@ impl State {
         matches!(self.fresh().phase, Phase::Pending | Phase::Running)
     }
 
-    fn values(&self) -> [VALUE; 6] {
+    /// What `mark` marks. Not `thread`: it is set only while Running, when
+    /// it is a living thread, which Ruby itself marks (and pins). Marked
+    /// from here, every worker running a long block became a write-barrier
+    /// unprotected object referenced by an old one (the task), which the
+    /// GC counts as "shady": 1000 sleeping blocks (vm_thread_close) then
+    /// cost a major GC that 1000 Thread.new threads do not. `compact` still
+    /// updates it.
+    fn marked_values(&self) -> [VALUE; 5] {
         [
             self.block,
             self.args,
             self.result,
-            self.thread,
             self.name,
             self.pending_raise,
         ]
@@ -135,12 +142,16 @@ pub struct Task {
 impl DataTypeFunctions for Task {
     fn mark(&self, _: &Marker) {
         self.state
-            .with(|s| s.values().into_iter().for_each(sys::mark_movable));
+            .with(|s| s.marked_values().into_iter().for_each(sys::mark_movable));
     }
 
     fn compact(&self, _: &Compactor) {
         self.state.with(|s| {
-            s.values_mut()
+            // In a forked child a task that was Running lets go of its
+            // worker first: that thread is dead here and, unmarked, may be
+            // freed, so `thread` must not be looked at.
+            s.fresh()
+                .values_mut()
                 .into_iter()
                 .for_each(|v| *v = sys::gc_location(*v))
         });
@@ -201,8 +212,9 @@ impl Task {
     }
 
     /// Pending -> Running on `thread`; returns what the worker needs.
-    pub fn start(&self, obj: VALUE, thread: VALUE) -> Start {
-        sys::write_barrier(obj, thread);
+    pub fn start(&self, thread: VALUE) -> Start {
+        // No write barrier for `thread`: the task does not mark it (see
+        // State::marked_values).
         self.state.with(|s| {
             s.phase = Phase::Running;
             s.thread = thread;

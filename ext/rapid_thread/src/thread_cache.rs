@@ -697,7 +697,7 @@ fn leave_busy(me: VALUE) {
 /// whether the worker goes on.
 fn run(obj: VALUE, me: VALUE) -> After {
     let task = Task::of(obj);
-    let start = task.start(obj, me);
+    let start = task.start(me);
     let mut guard = Unfinished {
         obj,
         me,
