@@ -347,6 +347,32 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, false]\n", out
   end
 
+  # The wake-up of a woken worker killed before it runs goes to the newest
+  # idle worker left, as every wake-up of the cache does (LIFO); it went
+  # to the oldest, the coldest one and the one closest to its idle_timeout.
+  def test_the_wake_up_of_a_killed_worker_goes_to_the_newest_idle_one
+    out, err, status = run_ruby(<<~'RUBY')
+      q = Thread::Queue.new
+      ts = Array.new(3) { RapidThread.spawn { q.pop; Thread.current } }
+      Thread.pass until ts.all? { |t| t.status == "sleep" }
+      order = [] # the workers, in the order they became idle
+      3.times do |i|
+        q << 1
+        Thread.pass until (done = ts.find { |t| !t.alive? && !order.include?(t.value) })
+        order << done.value
+        Thread.pass until done.value.stop? && RapidThread.cache_stats[:idle] == i + 1
+      end
+      Thread.pass until RapidThread.__monitor_dormant_for_tests
+      oldest, middle, newest = order
+      task = RapidThread.spawn { Thread.current } # wakes the newest
+      newest.kill # before it has run again
+      ran_on = task.value
+      p [{ oldest => :oldest, middle => :middle, newest => :newest }[ran_on], newest.alive?]
+    RUBY
+    assert status.success?, err
+    assert_equal "[:middle, false]\n", out
+  end
+
   # Two idle workers woken for two tasks; one is killed before it runs,
   # with no idle worker left to pass its wake-up to. The other takes the
   # first task, which blocks: the second must still start.

@@ -123,9 +123,10 @@ impl Pool {
     /// Whether an idle worker must be woken for the pending tasks: more
     /// of them than idle workers already woken and not back yet (each of
     /// those takes a task when it runs, and one killed on the way hands
-    /// its wake-up on: `wait::enlisted`, `Live::drop`). A second wake-up
-    /// for the same task went to the next newest idle worker, which found
-    /// it taken and came back as the newest: work left the hot worker.
+    /// its wake-up on: `wait::enlisted_newest_first`, `Live::drop`). A
+    /// second wake-up for the same task went to the next newest idle
+    /// worker, which found it taken and came back as the newest: work left
+    /// the hot worker.
     fn must_wake_idle(&mut self) -> bool {
         // `len`, not `runnable_pending`: O(1) per spawn; a killed task
         // counted costs at most one wake-up.
@@ -516,11 +517,11 @@ impl Drop for Live {
 
             // On their way: idle workers woken and not back (each takes a
             // task), workers starting and workers asked for. A woken worker
-            // killed before taking its task passed its wake-up to an idle
-            // one if any was left (`wait::enlisted`); this covers an empty
-            // list. (With the monitor gone, killed by a stray Thread#kill,
-            // a join wakes an idle worker or restarts the monitor; creating
-            // a thread here could run Ruby code.)
+            // killed before taking its task passed its wake-up to the newest
+            // idle one if any was left (`wait::enlisted_newest_first`); this
+            // covers an empty list. (With the monitor gone, killed by a stray
+            // Thread#kill, a join wakes an idle worker or restarts the
+            // monitor; creating a thread here could run Ruby code.)
             let coming = p.idle.handed_out() + p.starting + p.wanted;
             let stranded = p.has_pending() && p.pending.len() > coming;
             if stranded && p.idle.is_empty() {
@@ -610,7 +611,7 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
             Some(None) => return Ok(None),
             None => {}
         }
-        sent = wait::enlisted(&POOL, idle, QNIL, Pool::has_pending, |w| {
+        sent = wait::enlisted_newest_first(&POOL, idle, QNIL, Pool::has_pending, |w| {
             wait::block(w, deadline, false)?;
             Ok(w.signaled())
         })?;

@@ -40,9 +40,32 @@ pub fn enlisted<S, R>(
     worth_passing_on: fn(&mut S) -> bool,
     wait: impl FnOnce(&Waiter) -> Result<R, Error>,
 ) -> Result<R, Error> {
+    enlisted_on(cell, list, End::Oldest, blocker, worth_passing_on, wait)
+}
+
+/// `enlisted` on a list whose wake-ups go to the newest waiter (the thread
+/// cache's idle workers): a wake-up passed on goes to the newest too.
+pub fn enlisted_newest_first<S, R>(
+    cell: &GvlCell<S>,
+    list: fn(&mut S) -> &mut WaitList,
+    blocker: VALUE,
+    worth_passing_on: fn(&mut S) -> bool,
+    wait: impl FnOnce(&Waiter) -> Result<R, Error>,
+) -> Result<R, Error> {
+    enlisted_on(cell, list, End::Newest, blocker, worth_passing_on, wait)
+}
+
+fn enlisted_on<S, R>(
+    cell: &GvlCell<S>,
+    list: fn(&mut S) -> &mut WaitList,
+    end: End,
+    blocker: VALUE,
+    worth_passing_on: fn(&mut S) -> bool,
+    wait: impl FnOnce(&Waiter) -> Result<R, Error>,
+) -> Result<R, Error> {
     let w = Waiter::current(blocker);
     let result = sys::while_enlisted(cell, list, &w, || wait(&w));
-    result.map_err(|e| passed_on(e, w.signaled(), cell, list, worth_passing_on))
+    result.map_err(|e| passed_on(e, w.signaled(), cell, list, end, worth_passing_on))
 }
 
 /// Blocks the current thread (or fiber) on the list chosen by `list` until
@@ -78,7 +101,14 @@ pub fn park_any<S>(
     let (result, woken_by) =
         sys::while_enlisted_on_each(&head, cells, list, || block(&head, deadline, false));
     match (result, woken_by) {
-        (Err(e), Some(i)) => Err(passed_on(e, true, cells[i], list, worth_passing_on)),
+        (Err(e), Some(i)) => Err(passed_on(
+            e,
+            true,
+            cells[i],
+            list,
+            End::Oldest,
+            worth_passing_on,
+        )),
         (Err(e), None) => Err(e),
         (Ok(()), woken_by) => Ok(woken_by),
     }
@@ -86,18 +116,19 @@ pub fn park_any<S>(
 
 /// The error `e` ended a wait. If that wait had been woken through the
 /// list (`woken`) and `worth_passing_on` says there is still something to
-/// take, the wake-up goes to the next waiter. The error that ended the
-/// wait (a kill, say) stays the one raised unless passing the wake-up on
-/// met a more urgent one.
+/// take, the wake-up goes to the next waiter, from the `end` the list's
+/// wake-ups come from. The error that ended the wait (a kill, say) stays
+/// the one raised unless passing the wake-up on met a more urgent one.
 fn passed_on<S>(
     e: Error,
     woken: bool,
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
+    end: End,
     worth_passing_on: fn(&mut S) -> bool,
 ) -> Error {
     if woken && cell.with(worth_passing_on) {
-        after_error(e, || wake_one(cell, list))
+        after_error(e, || wake_from(cell, list, 1, end).map(drop))
     } else {
         e
     }
