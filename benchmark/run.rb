@@ -66,7 +66,7 @@ end
 NOTES = {
   "vm_thread_alive_check" => "spawn (+ alive? hands the GVL to the woken worker)",
   "vm_thread_alive_check1" => "spawn (+ alive? hands the GVL to the woken worker)",
-  "vm_thread_close" => "spawn only: fewer live threads while IO#close scans them (blocks start lazily)",
+  "vm_thread_close" => "spawn only: 1000 blocks that sleep forever need 1000 threads either way: ~1.0x at best",
   "vm_thread_condvar1" => "ConditionVariable + spawn",
   "vm_thread_condvar2" => "ConditionVariable + spawn",
   "vm_thread_create_join" => "spawn",
