@@ -347,6 +347,51 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, false]\n", out
   end
 
+  # A thread killed in a :thread_begin hook (where a pending Thread#kill
+  # lands too) ends before its body runs. A worker that never reached the
+  # pool stayed counted as starting, and the monitor waited for it forever:
+  # the block never started.
+  def test_a_worker_killed_before_its_body_runs_does_not_strand_the_task
+    out, err, status = run_ruby(<<~'RUBY')
+      killed = false
+      tp = TracePoint.new(:thread_begin) do
+        if !killed && Thread.current.name != "rapid_thread monitor"
+          killed = true
+          Thread.current.kill
+        end
+      end
+      tp.enable
+      task = RapidThread.spawn { :ran }
+      done = task.join(10)
+      tp.disable
+      p [killed, done && task.value, RapidThread.cache_stats[:threads]]
+    RUBY
+    assert status.success?, err
+    assert_equal "[true, :ran, 1]\n", out
+  end
+
+  # The same for the monitor: killed before its body ran, it never cleared
+  # itself (monitor_exit), so the next join found it "running" and waited.
+  def test_a_monitor_killed_before_its_body_runs_is_replaced
+    out, err, status = run_ruby(<<~'RUBY')
+      killed = false
+      tp = TracePoint.new(:thread_begin) do
+        if !killed && Thread.current.name == "rapid_thread monitor"
+          killed = true
+          Thread.current.kill
+        end
+      end
+      tp.enable
+      task = RapidThread.spawn { :ran }
+      Thread.pass until killed
+      done = task.join(10)
+      tp.disable
+      p [done && task.value]
+    RUBY
+    assert status.success?, err
+    assert_equal "[:ran]\n", out
+  end
+
   # The wake-up of a woken worker killed before it runs goes to the newest
   # idle worker left, as every wake-up of the cache does (LIFO); it went
   # to the oldest, the coldest one and the one closest to its idle_timeout.

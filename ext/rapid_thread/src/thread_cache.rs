@@ -51,9 +51,16 @@ pub struct Pool {
     busy: Vec<VALUE>,
     /// Workers created that have not reached the pool yet.
     starting: usize,
+    /// Their threads, until each reaches the pool or ends. A thread can
+    /// end before its body runs (killed in a `:thread_begin` hook, where
+    /// a pending Thread#kill also lands): the monitor finds it dead here
+    /// and stops counting it, or it would wait for it forever.
+    starting_threads: Vec<VALUE>,
     /// Worker threads alive.
     live: usize,
     monitor: VALUE,
+    /// The monitor's body has run (see `arm_monitor`).
+    monitor_started: bool,
     /// The monitor is in a sleep (timed or not) that a wake-up ends.
     monitor_sleeping: bool,
     /// ... in an untimed sleep: nothing was pending (for a test).
@@ -78,8 +85,10 @@ impl Pool {
             idle: WaitList::new(),
             busy: Vec::new(),
             starting: 0,
+            starting_threads: Vec::new(),
             live: 0,
             monitor: QNIL,
+            monitor_started: false,
             monitor_sleeping: false,
             monitor_dormant: false,
             wanted: 0,
@@ -146,6 +155,7 @@ impl Pool {
         self.pending
             .iter_mut()
             .chain(self.busy.iter_mut())
+            .chain(self.starting_threads.iter_mut())
             .chain(std::iter::once(&mut self.monitor))
     }
 }
@@ -303,9 +313,13 @@ fn start_worker() -> Result<(), Error> {
         p.created += 1;
         p.peak = p.peak.max(p.live);
     });
-    // Workers inherit the monitor's (unmasked) interrupt state.
+    // Workers inherit the monitor's (unmasked) interrupt state. The new
+    // thread cannot reach the pool before this one gives up the GVL.
     match sys::create_thread(worker_body, false) {
-        Ok(_) => Ok(()),
+        Ok(t) => {
+            with(|p| p.starting_threads.push(t));
+            Ok(())
+        }
         Err(e) => {
             with(|p| {
                 p.starting -= 1;
@@ -317,13 +331,58 @@ fn start_worker() -> Result<(), Error> {
     }
 }
 
+/// A worker reached the pool, or ended on its way there.
+fn arrived(p: &mut Pool, me: VALUE) {
+    p.starting = p.starting.saturating_sub(1);
+    if let Some(i) = p.starting_threads.iter().position(|&t| t == me) {
+        p.starting_threads.swap_remove(i);
+    }
+}
+
+/// Stops counting as starting the workers whose thread ended before their
+/// body ran (see `Pool::starting_threads`): they never reach the pool.
+fn forget_lost_starters() -> Result<(), Error> {
+    let mut i = 0;
+    while let Some(t) = with(|p| p.starting_threads.get(i).copied()) {
+        if sys::value(sys::funcall(t, sys::name!(c"alive?"), &[])?).to_bool() {
+            i += 1;
+            continue;
+        }
+        with(|p| {
+            if let Some(j) = p.starting_threads.iter().position(|&x| x == t) {
+                p.starting_threads.swap_remove(j);
+                p.starting = p.starting.saturating_sub(1);
+                p.live = p.live.saturating_sub(1);
+            }
+        });
+    }
+    Ok(())
+}
+
 /// Makes sure the monitor runs: starts it (unmasked) if there is none,
 /// wakes it if it sleeps. Fails only if it cannot be created.
 fn arm_monitor() -> Result<(), Error> {
-    let (monitor, sleeping) = with(|p| (p.monitor, p.monitor_sleeping));
+    let (mut monitor, sleeping, started) =
+        with(|p| (p.monitor, p.monitor_sleeping, p.monitor_started));
+    // A monitor killed before its body ran (in a `:thread_begin` hook)
+    // never clears `monitor` on its way out (`monitor_exit`): replace it.
+    if monitor != QNIL
+        && !started
+        && !sys::value(sys::funcall(monitor, sys::name!(c"alive?"), &[])?).to_bool()
+    {
+        with(|p| {
+            if p.monitor == monitor {
+                p.monitor = QNIL;
+            }
+        });
+        monitor = QNIL;
+    }
     if monitor == QNIL {
         let t = sys::create_thread(monitor_body, true)?;
-        with(|p| p.monitor = t);
+        with(|p| {
+            p.monitor = t;
+            p.monitor_started = false;
+        });
         // Named, as Thread.list shows it (it runs no user code).
         let ruby = Ruby::get().expect("a Ruby thread");
         sys::funcall(
@@ -353,6 +412,11 @@ fn arm_monitor() -> Result<(), Error> {
 ///   on its own Thread.
 fn monitor_body() -> Option<i32> {
     let me = sys::current_thread();
+    with(|p| {
+        if p.monitor == me {
+            p.monitor_started = true;
+        }
+    });
     let mut seen = with(|p| p.started);
     let mut since = Instant::now();
     let mut batch = 1usize;
@@ -440,6 +504,9 @@ fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Re
         return Ok(());
     }
     if starting > 0 {
+        forget_lost_starters()?;
+    }
+    if with(|p| p.starting + p.wanted) > 0 {
         // The last batch has not started yet (the spawner holds the GVL):
         // wait for it, keeping the batch size, so that a stall that lasts
         // still doubles it (resetting here made 1000 blocked blocks grow
@@ -489,6 +556,7 @@ fn jump_tag(e: &Error) -> Option<i32> {
 
 /// Keeps the live count right on every way out of a worker.
 struct Live {
+    me: VALUE,
     fork_gen: u64,
     /// Counted in `Pool::starting` (not at the pool yet).
     starting: bool,
@@ -512,7 +580,7 @@ impl Drop for Live {
         let wake_monitor = with(|p| {
             p.live -= 1;
             if self.starting {
-                p.starting -= 1;
+                arrived(p, self.me);
             }
 
             // On their way: idle workers woken and not back (each takes a
@@ -538,6 +606,7 @@ impl Drop for Live {
 fn worker_body() -> Option<i32> {
     let me = sys::current_thread();
     let mut live = Live {
+        me,
         fork_gen: sys::fork_generation(),
         starting: true,
         ran: false,
@@ -585,7 +654,7 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
         let expired = deadline.is_some_and(|d| d <= Instant::now());
         let took = with(|p| {
             if std::mem::replace(&mut live.starting, false) {
-                p.starting -= 1;
+                arrived(p, me);
             }
             // A worker whose idle time ran out leaves pending tasks to the
             // idle workers woken for them, and ends. Taking one kept it for
