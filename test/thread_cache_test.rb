@@ -126,17 +126,30 @@ class ThreadCacheTest < RapidThreadTest
       Thread.current.name = "dirty"
       Thread.current.report_on_exception = false
       Thread.current.abort_on_exception = true
+      # Rails 7 keeps per-thread execution state (CurrentAttributes) in an
+      # instance variable of Thread.current.
+      Thread.current.instance_variable_set(:@execution_state, { user: "first" })
       Thread.current
     end.value
-    fresh = [nil, [], nil, [], nil, Thread.report_on_exception, false, false]
+    fresh = [nil, [], nil, [], nil, Thread.report_on_exception, false, false, nil, []]
     results = on_every_worker(first) do
       [Thread.current[:fiber_local], Thread.current.keys,
        Thread.current.thread_variable_get(:thread_var), Thread.current.thread_variables,
        Thread.current.name, Thread.current.report_on_exception,
-       Thread.current.abort_on_exception, Thread.pending_interrupt?]
+       Thread.current.abort_on_exception, Thread.pending_interrupt?,
+       Thread.current.instance_variable_get(:@execution_state), Thread.current.instance_variables]
     end
     assert(results.any? { |thread, *| thread.equal?(first) }, "no block ran on the cached thread again")
     results.each { |_, *state| assert_equal fresh, state }
+  end
+
+  # A block that froze Thread.current retires its worker: the next block on
+  # it could not even set a fiber-local (it was reused as it was).
+  def test_a_worker_whose_thread_was_frozen_is_not_reused
+    frozen = RapidThread.spawn { Thread.current.freeze; Thread.current }.value
+    wait_until { !frozen.alive? }
+    results = Array.new(5) { RapidThread.spawn { Thread.current[:k] = 1; Thread.current.frozen? }.value }
+    assert_equal [false] * 5, results
   end
 
   # A flag set on a task while its block's clean-up still runs (here: during

@@ -900,6 +900,11 @@ fn thread_flags(me: VALUE) -> Result<(bool, bool), Error> {
 /// variables and its name go, so the next block starts fresh and an idle
 /// worker keeps no user object alive.
 fn clean_thread(me: VALUE) -> Result<(), Error> {
+    if sys::is_frozen(me) {
+        // A block froze Thread.current: the next block could not set a
+        // fiber-local on it. Retire the worker (any error here does).
+        return Err(errors::thread_error("a block froze its thread"));
+    }
     let keys = sys::funcall(me, sys::name!(c"keys"), &[])?;
     if let Some(keys) = magnus::RArray::from_value(sys::value(keys)) {
         for k in keys.into_iter() {
@@ -907,6 +912,17 @@ fn clean_thread(me: VALUE) -> Result<(), Error> {
         }
     }
     sys::clear_thread_variables(me);
+    if sys::user_ivar_count(me) > 0 {
+        // Instance variables set on Thread.current (Rails 7 keeps its
+        // per-thread execution state, CurrentAttributes included, in one):
+        // a fresh thread has none, so the next block must not see them.
+        let ivars = sys::funcall(me, sys::name!(c"instance_variables"), &[])?;
+        if let Some(ivars) = magnus::RArray::from_value(sys::value(ivars)) {
+            for iv in ivars.into_iter() {
+                sys::funcall(me, sys::name!(c"remove_instance_variable"), &[sys::raw(iv)])?;
+            }
+        }
+    }
     if sys::funcall(me, sys::name!(c"name"), &[])? != QNIL {
         sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
     }

@@ -1,6 +1,7 @@
 //! Ruby threads, blocks and calls (the thread cache).
 
 use std::ffi::c_void;
+use std::os::raw::{c_char, c_int};
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -234,6 +235,39 @@ pub fn clear_thread_variables(thread: VALUE) {
             rb_sys::rb_hash_clear(locals);
         }
     }
+}
+
+/// How many instance variables (`@name`s) Ruby code set on the thread;
+/// the hidden `locals` (thread_variable_set's hash) does not count. No
+/// allocation and no method call, so a worker pays next to nothing for it
+/// when a block set none. (`rb_ivar_count` also counts `locals`, and on
+/// 3.3 keeps counting a removed ivar.)
+pub fn user_ivar_count(thread: VALUE) -> usize {
+    unsafe extern "C" fn count(id: rb_sys::ID, _val: VALUE, arg: rb_sys::st_data_t) -> c_int {
+        // SAFETY: `arg` is the `usize` below, alive for the whole foreach;
+        // rb_id2name returns a NUL-terminated name or NULL.
+        let name = rb_sys::rb_id2name(id);
+        if !name.is_null() && *name == b'@' as c_char {
+            *(arg as *mut usize) += 1;
+        }
+        rb_sys::st_retval::ST_CONTINUE as c_int
+    }
+    let mut n = 0usize;
+    // SAFETY: iterates a live object's ivars; the callback neither
+    // allocates nor calls Ruby.
+    unsafe {
+        rb_sys::rb_ivar_foreach(
+            thread,
+            Some(count),
+            &mut n as *mut usize as rb_sys::st_data_t,
+        )
+    };
+    n
+}
+
+pub fn is_frozen(v: VALUE) -> bool {
+    // SAFETY: a plain flag query.
+    unsafe { rb_sys::rb_obj_frozen_p(v) != rb_sys::special_consts::Qfalse as VALUE }
 }
 
 /// Keeps `v` (and what its mark function marks) alive for the life of the
