@@ -147,9 +147,26 @@ class ThreadCacheTest < RapidThreadTest
   # it could not even set a fiber-local (it was reused as it was).
   def test_a_worker_whose_thread_was_frozen_is_not_reused
     frozen = RapidThread.spawn { Thread.current.freeze; Thread.current }.value
-    wait_until { !frozen.alive? }
+    # Straight away: a surviving worker would be the newest idle one.
     results = Array.new(5) { RapidThread.spawn { Thread.current[:k] = 1; Thread.current.frozen? }.value }
     assert_equal [false] * 5, results
+    wait_until { !frozen.alive? }
+  end
+
+  # Singleton methods (or an `extend`) on Thread.current cannot be taken
+  # back: that worker is retired, so no later block sees them.
+  def test_a_worker_given_singleton_methods_is_not_reused
+    changed = RapidThread.spawn do
+      def (Thread.current).from_a_previous_block = :leaked
+      Thread.current.extend(Comparable)
+      Thread.current
+    end.value
+    # Straight away: a surviving worker would be the newest idle one.
+    results = Array.new(5) do
+      RapidThread.spawn { [Thread.current.respond_to?(:from_a_previous_block), Thread.current.is_a?(Comparable)] }.value
+    end
+    assert_equal [[false, false]] * 5, results
+    wait_until { !changed.alive? }
   end
 
   # A flag set on a task while its block's clean-up still runs (here: during

@@ -926,6 +926,12 @@ fn clean_thread(me: VALUE) -> Result<(), Error> {
     if sys::funcall(me, sys::name!(c"name"), &[])? != QNIL {
         sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
     }
+    if sys::has_singleton_class(me) {
+        // Singleton methods or modules a block gave Thread.current cannot
+        // be taken back: retire the worker rather than pass them on. Last,
+        // so that the resets above still run (through any overrides).
+        return Err(errors::thread_error("a block changed its thread's class"));
+    }
     Ok(())
 }
 

@@ -265,6 +265,13 @@ pub fn user_ivar_count(thread: VALUE) -> usize {
     n
 }
 
+/// Whether `v` has a singleton class (singleton methods, `extend`): its
+/// class pointer then differs from its class.
+pub fn has_singleton_class(v: VALUE) -> bool {
+    // SAFETY: `v` is a live heap object (a Thread); reads its class word.
+    unsafe { (*(v as *const rb_sys::RBasic)).klass != rb_sys::rb_obj_class(v) }
+}
+
 pub fn is_frozen(v: VALUE) -> bool {
     // SAFETY: a plain flag query.
     unsafe { rb_sys::rb_obj_frozen_p(v) != rb_sys::special_consts::Qfalse as VALUE }
