@@ -400,6 +400,61 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, :ran, 1]\n", out
   end
 
+  # The same with the monitor killed too (a stray kill): the join saw a
+  # worker "starting" and did not restart the monitor, which alone can find
+  # out that the worker is dead.
+  def test_a_join_restarts_the_monitor_while_a_lost_worker_counts_as_starting
+    out, err, status = run_ruby(<<~'RUBY')
+      killed = false
+      tp = TracePoint.new(:thread_begin) do
+        if !killed && Thread.current.name != "rapid_thread monitor"
+          killed = true
+          Thread.list.find { |t| t.name == "rapid_thread monitor" }&.kill
+          Thread.current.kill
+        end
+      end
+      tp.enable
+      task = RapidThread.spawn { :ran }
+      done = task.join(10)
+      tp.disable
+      p [killed, done && task.value]
+    RUBY
+    assert status.success?, err
+    assert_equal "[true, :ran]\n", out
+  end
+
+  # A lost worker whose task another worker took: the monitor went to sleep
+  # with it still counted as starting. Later a woken idle worker is killed
+  # before it runs; its exit counted the lost worker as coming, and so did
+  # the join: nobody started the task. (Found by review, session 8.)
+  def test_a_lost_worker_counted_as_starting_does_not_strand_a_later_task
+    out, err, status = run_ruby(<<~'RUBY')
+      q = Thread::Queue.new
+      t0 = RapidThread.spawn { q.pop; Thread.current }
+      Thread.pass until t0.status == "sleep" # its worker is blocked
+      killed = false
+      tp = TracePoint.new(:thread_begin) do
+        if !killed && Thread.current.name != "rapid_thread monitor"
+          killed = true
+          q << 1 # t0's worker ends its block and takes t1
+          Thread.current.kill
+        end
+      end
+      tp.enable
+      t1 = RapidThread.spawn { :t1 } # every worker blocked: one is started
+      worker = t0.value
+      t1.value
+      tp.disable
+      Thread.pass until RapidThread.__monitor_dormant_for_tests && RapidThread.cache_stats[:idle] == 1
+      t2 = RapidThread.spawn { :t2 } # wakes the one idle worker
+      worker.kill # before it has run again
+      done = t2.join(10)
+      p [killed, done && t2.value]
+    RUBY
+    assert status.success?, err
+    assert_equal "[true, :t2]\n", out
+  end
+
   # The same for the monitor: killed before its body ran, it never cleared
   # itself (monitor_exit), so the next join found it "running" and waited.
   def test_a_monitor_killed_before_its_body_runs_is_replaced

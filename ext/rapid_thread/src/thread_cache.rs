@@ -277,7 +277,10 @@ fn ensure_progress() -> Result<(), Error> {
     if !can_progress()? {
         with(|p| p.wanted += 1);
     }
-    if with(|p| p.wanted > 0) {
+    // Workers starting count as coming, but one can die before it gets
+    // here (Pool::starting_threads): the monitor's tick finds out, so it
+    // must be ticking (it may have been killed, or be asleep).
+    if with(|p| p.wanted > 0 || p.starting > 0) {
         return arm_monitor();
     }
     Ok(())
@@ -362,21 +365,30 @@ fn forget_lost_starters() -> Result<(), Error> {
 /// Makes sure the monitor runs: starts it (unmasked) if there is none,
 /// wakes it if it sleeps. Fails only if it cannot be created.
 fn arm_monitor() -> Result<(), Error> {
-    let (mut monitor, sleeping, started) =
-        with(|p| (p.monitor, p.monitor_sleeping, p.monitor_started));
-    // A monitor killed before its body ran (in a `:thread_begin` hook)
-    // never clears `monitor` on its way out (`monitor_exit`): replace it.
-    if monitor != QNIL
-        && !started
-        && !sys::value(sys::funcall(monitor, sys::name!(c"alive?"), &[])?).to_bool()
-    {
-        with(|p| {
-            if p.monitor == monitor {
+    let (monitor, sleeping) = loop {
+        let (monitor, sleeping, started) =
+            with(|p| (p.monitor, p.monitor_sleeping, p.monitor_started));
+        // A monitor killed before its body ran (in a `:thread_begin` hook)
+        // never clears `monitor` on its way out (MonitorExit): replace it.
+        if monitor == QNIL
+            || started
+            || sys::value(sys::funcall(monitor, sys::name!(c"alive?"), &[])?).to_bool()
+        {
+            break (monitor, sleeping);
+        }
+        let still = with(|p| {
+            let same = p.monitor == monitor;
+            if same {
                 p.monitor = QNIL;
             }
+            same
         });
-        monitor = QNIL;
-    }
+        if still {
+            break (QNIL, false);
+        }
+        // Another thread replaced it meanwhile (`alive?` can run Ruby
+        // code): look again.
+    };
     if monitor == QNIL {
         let t = sys::create_thread(monitor_body, true)?;
         with(|p| {
@@ -417,6 +429,7 @@ fn monitor_body() -> Option<i32> {
             p.monitor_started = true;
         }
     });
+    let _exit = MonitorExit(me);
     let mut seen = with(|p| p.started);
     let mut since = Instant::now();
     let mut batch = 1usize;
@@ -474,7 +487,22 @@ fn monitor_body() -> Option<i32> {
 
 /// The monitor is ending (killed): the next spawn or join re-arms one.
 fn monitor_exit(tag: i32) -> i32 {
-    let me = sys::current_thread();
+    clear_monitor(sys::current_thread());
+    tag
+}
+
+/// Clears the monitor on every way out of its body, a panic included (a
+/// monitor left recorded but dead would never be replaced).
+struct MonitorExit(VALUE);
+
+impl Drop for MonitorExit {
+    fn drop(&mut self) {
+        // In a forked child the pool is fresh: nothing to clear there.
+        clear_monitor(self.0);
+    }
+}
+
+fn clear_monitor(me: VALUE) {
     with(|p| {
         if p.monitor == me {
             p.monitor = QNIL;
@@ -482,7 +510,6 @@ fn monitor_exit(tag: i32) -> i32 {
             p.monitor_dormant = false;
         }
     });
-    tag
 }
 
 /// No task started for this long while workers were runnable: grow anyway.
@@ -493,18 +520,17 @@ fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Re
     if with(Pool::must_wake_idle) {
         return wait::wake_newest(&POOL, idle);
     }
-    let (pending, started, starting) =
-        with(|p| (p.has_pending(), p.started, p.starting + p.wanted));
+    let (pending, started) = with(|p| (p.has_pending(), p.started));
     if started != *seen {
         *seen = started;
         *since = Instant::now();
     }
+    if with(|p| !p.starting_threads.is_empty()) {
+        forget_lost_starters()?;
+    }
     if !pending {
         *batch = 1;
         return Ok(());
-    }
-    if starting > 0 {
-        forget_lost_starters()?;
     }
     if with(|p| p.starting + p.wanted) > 0 {
         // The last batch has not started yet (the spawner holds the GVL):
@@ -595,7 +621,10 @@ impl Drop for Live {
             if stranded && p.idle.is_empty() {
                 p.wanted += 1;
             }
-            (stranded && p.monitor != QNIL && p.monitor_sleeping).then_some(p.monitor)
+            // Workers starting may never come (Pool::starting_threads): the
+            // monitor's tick finds out.
+            let unsure = p.has_pending() && p.starting > 0;
+            ((stranded || unsure) && p.monitor != QNIL && p.monitor_sleeping).then_some(p.monitor)
         });
         if let Some(monitor) = wake_monitor {
             sys::wakeup_thread(monitor);
@@ -916,12 +945,7 @@ fn clean_thread(me: VALUE) -> Result<(), Error> {
         // Instance variables set on Thread.current (Rails 7 keeps its
         // per-thread execution state, CurrentAttributes included, in one):
         // a fresh thread has none, so the next block must not see them.
-        let ivars = sys::funcall(me, sys::name!(c"instance_variables"), &[])?;
-        if let Some(ivars) = magnus::RArray::from_value(sys::value(ivars)) {
-            for iv in ivars.into_iter() {
-                sys::funcall(me, sys::name!(c"remove_instance_variable"), &[sys::raw(iv)])?;
-            }
-        }
+        sys::remove_ivars(me)?;
     }
     if sys::funcall(me, sys::name!(c"name"), &[])? != QNIL {
         sys::funcall(me, sys::name!(c"name="), &[QNIL])?;

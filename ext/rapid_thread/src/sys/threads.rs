@@ -265,6 +265,21 @@ pub fn user_ivar_count(thread: VALUE) -> usize {
     n
 }
 
+/// Removes the thread's instance variables (`@name`s) through the C API,
+/// so that no method a block overrode on it runs.
+pub fn remove_ivars(thread: VALUE) -> Result<(), Error> {
+    // SAFETY: both calls take a live object; they raise FrozenError on a
+    // frozen one (caught by protect). The Array stays on this stack.
+    protect(|| unsafe {
+        let names = rb_sys::rb_obj_instance_variables(thread);
+        for i in 0..rb_sys::RARRAY_LEN(names) {
+            rb_sys::rb_obj_remove_instance_variable(thread, rb_sys::rb_ary_entry(names, i));
+        }
+        names
+    })?;
+    Ok(())
+}
+
 /// Whether `v` has a singleton class (singleton methods, `extend`): its
 /// class pointer then differs from its class.
 pub fn has_singleton_class(v: VALUE) -> bool {
