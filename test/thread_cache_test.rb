@@ -455,6 +455,46 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, :t2]\n", out
   end
 
+  # A new thread held in a :thread_begin hook (it waits) never reaches the
+  # pool; the monitor waited for it and started no other worker, so a block
+  # that would release it never ran. Thread.new holds only its own thread.
+  def test_a_worker_held_before_its_body_runs_does_not_stop_growth
+    out, err, status = run_ruby(<<~'RUBY')
+      q = Thread::Queue.new
+      gate = Thread::Queue.new
+      t0 = RapidThread.spawn { q.pop }
+      Thread.pass until t0.status == "sleep"
+      held = false
+      tp = TracePoint.new(:thread_begin) do
+        if !held && Thread.current.name != "rapid_thread monitor"
+          held = true
+          gate.pop
+        end
+      end
+      tp.enable
+      RapidThread.spawn { :t1 } # its worker is held in the hook
+      t2 = RapidThread.spawn { gate << 1; :t2 }
+      done = t2.join(10)
+      tp.disable
+      q << 1
+      p [held, done && t2.value]
+    RUBY
+    assert status.success?, err
+    assert_equal "[true, :t2]\n", out
+  end
+
+  # A :thread_begin hook that gives every new thread a singleton class (an
+  # APM, a debugger) must not get every worker retired after one block.
+  def test_a_worker_born_with_a_singleton_class_is_reused
+    out, err, status = run_ruby(<<~'RUBY')
+      TracePoint.new(:thread_begin) { Thread.current.singleton_class }.enable
+      50.times { RapidThread.spawn { 1 }.value }
+      p RapidThread.cache_stats[:created] <= 2
+    RUBY
+    assert status.success?, err
+    assert_equal "true\n", out
+  end
+
   # The same for the monitor: killed before its body ran, it never cleared
   # itself (monitor_exit), so the next join found it "running" and waited.
   def test_a_monitor_killed_before_its_body_runs_is_replaced

@@ -514,6 +514,8 @@ fn clear_monitor(me: VALUE) {
 
 /// No task started for this long while workers were runnable: grow anyway.
 const STALL: Duration = Duration::from_millis(20);
+/// ... or while workers were starting (held before their body runs).
+const STARTING_STALL: Duration = Duration::from_millis(500);
 const MAX_BATCH: usize = 64;
 
 fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Result<(), Error> {
@@ -532,11 +534,15 @@ fn grow_if_stalled(seen: &mut u64, since: &mut Instant, batch: &mut usize) -> Re
         *batch = 1;
         return Ok(());
     }
-    if with(|p| p.starting + p.wanted) > 0 {
+    if with(|p| p.starting + p.wanted) > 0 && since.elapsed() < STARTING_STALL {
         // The last batch has not started yet (the spawner holds the GVL):
         // wait for it, keeping the batch size, so that a stall that lasts
         // still doubles it (resetting here made 1000 blocked blocks grow
-        // one or two threads at a time: vm_thread_close).
+        // one or two threads at a time: vm_thread_close). But not for
+        // ever: a new thread can be held before its body runs (a
+        // `:thread_begin` hook that waits), and a Thread.new block would
+        // not wait for it. After STARTING_STALL without a task started the
+        // rules below apply (one more worker per STARTING_STALL).
         return Ok(());
     }
     let n = if !can_progress()? {
@@ -583,6 +589,10 @@ fn jump_tag(e: &Error) -> Option<i32> {
 /// Keeps the live count right on every way out of a worker.
 struct Live {
     me: VALUE,
+    /// The thread's class word when the worker started: a `:thread_begin`
+    /// hook may have given it a singleton class already (see
+    /// `clean_thread`).
+    class_word: VALUE,
     fork_gen: u64,
     /// Counted in `Pool::starting` (not at the pool yet).
     starting: bool,
@@ -636,6 +646,7 @@ fn worker_body() -> Option<i32> {
     let me = sys::current_thread();
     let mut live = Live {
         me,
+        class_word: sys::class_word(me),
         fork_gen: sys::fork_generation(),
         starting: true,
         ran: false,
@@ -657,7 +668,7 @@ fn worker_body() -> Option<i32> {
                 None => continue,
             },
         };
-        if let After::End(tag) = run(task, me) {
+        if let After::End(tag) = run(task, me, live.class_word) {
             return tag;
         }
         if sys::fork_generation() != live.fork_gen {
@@ -794,7 +805,7 @@ fn leave_busy(me: VALUE) {
 
 /// Runs one task on this worker, as Thread.new runs its block, and says
 /// whether the worker goes on.
-fn run(obj: VALUE, me: VALUE) -> After {
+fn run(obj: VALUE, me: VALUE, class_word: VALUE) -> After {
     let task = Task::of(obj);
     let start = task.start(me);
     let mut guard = Unfinished {
@@ -848,7 +859,7 @@ fn run(obj: VALUE, me: VALUE) -> After {
             (None, None) => (Phase::Killed, QNIL, None),
         },
     };
-    aftermath.take(clean_thread(me));
+    aftermath.take(clean_thread(me, class_word));
     leave_busy(me);
     guard.armed = false;
     aftermath.take(task.finish(obj, phase, result));
@@ -928,7 +939,7 @@ fn thread_flags(me: VALUE) -> Result<(bool, bool), Error> {
 /// Leaves nothing of the block on the worker: fiber-locals, thread
 /// variables and its name go, so the next block starts fresh and an idle
 /// worker keeps no user object alive.
-fn clean_thread(me: VALUE) -> Result<(), Error> {
+fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
     if sys::is_frozen(me) {
         // A block froze Thread.current: the next block could not set a
         // fiber-local on it. Retire the worker (any error here does).
@@ -950,10 +961,14 @@ fn clean_thread(me: VALUE) -> Result<(), Error> {
     if sys::funcall(me, sys::name!(c"name"), &[])? != QNIL {
         sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
     }
-    if sys::has_singleton_class(me) {
+    if sys::class_word(me) != class_word {
         // Singleton methods or modules a block gave Thread.current cannot
         // be taken back: retire the worker rather than pass them on. Last,
         // so that the resets above still run (through any overrides).
+        // Compared with the class word the worker started with, so that a
+        // thread a `:thread_begin` hook gave a singleton class is not
+        // retired after every block (methods a block adds to that class go
+        // unnoticed).
         return Err(errors::thread_error("a block changed its thread's class"));
     }
     Ok(())

@@ -280,11 +280,11 @@ pub fn remove_ivars(thread: VALUE) -> Result<(), Error> {
     Ok(())
 }
 
-/// Whether `v` has a singleton class (singleton methods, `extend`): its
-/// class pointer then differs from its class.
-pub fn has_singleton_class(v: VALUE) -> bool {
+/// `v`'s class word: its class, or its singleton class once it has one
+/// (singleton methods, `extend`).
+pub fn class_word(v: VALUE) -> VALUE {
     // SAFETY: `v` is a live heap object (a Thread); reads its class word.
-    unsafe { (*(v as *const rb_sys::RBasic)).klass != rb_sys::rb_obj_class(v) }
+    unsafe { (*(v as *const rb_sys::RBasic)).klass }
 }
 
 pub fn is_frozen(v: VALUE) -> bool {
