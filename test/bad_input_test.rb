@@ -128,8 +128,12 @@ class BadInputTest < RapidThreadTest
   def test_task_methods_match_thread
     gate = StockQueue.new
     started = [] # every thread and task, killed and joined at the end
-    stock = -> { Thread.new { gate.pop }.tap { |t| t.report_on_exception = false; started << t } }
-    ours = -> { RapidThread.spawn { gate.pop }.tap { |t| t.report_on_exception = false; started << t } }
+    # Each is blocked in its block before it is compared: a thread not yet
+    # started has no frames, so backtrace(1, 1) was nil for one side and an
+    # Array for the other whenever one had started and the other not yet.
+    blocked = ->(t) { t.report_on_exception = false; started << t; wait_until { t.status == "sleep" }; t }
+    stock = -> { blocked.(Thread.new { gate.pop }) }
+    ours = -> { blocked.(RapidThread.spawn { gate.pop }) }
     { join: 1, "name=": 1, backtrace: 2 }.each do |meth, arity|
       arg_lists(arity).each do |args|
         next if meth == :join && (args.empty? || args == [nil] || args == [nil, nil]) # waits for the block
