@@ -298,6 +298,23 @@ class RactorQueueTest < RapidThreadTest
     assert_equal "USR1\nUSR1\nexit\n", out
   end
 
+  # A pop is counted in num_waiting until it returns, not per slice of its
+  # wait: between two slices (here, while a trap handler runs on the
+  # waiting thread; under GC.stress, while it sits in a GC barrier) the
+  # count read 0, as if the waiter had gone. Stock's queue counts a waiter
+  # while its handler runs inside the sleep.
+  def test_a_waiter_stays_counted_between_the_slices_of_its_wait
+    out, err, status = run_ruby(<<~'RUBY')
+      q = RapidThread::RactorQueue.new
+      seen = nil
+      trap(:USR1) { seen = q.num_waiting; q << :done }
+      Thread.new { Thread.pass until q.num_waiting == 1; Process.kill :USR1, $$ }
+      p [q.pop, seen, q.num_waiting]
+    RUBY
+    assert status.success?, err
+    assert_equal "[:done, 1, 0]\n", out
+  end
+
   # Ruby's own SIGINT handler (Interrupt) is installed first: a process
   # started in the background by a non-interactive shell (as CI may run
   # the suite) inherits SIGINT ignored, and Ruby keeps it ignored.

@@ -326,6 +326,41 @@ impl Shared {
     }
 }
 
+/// Counts a `pop`/`push` in `num_waiting` from its first wait until it
+/// returns, across the wait's slices: counted per slice, the count dropped
+/// to 0 between two (for as long as the waiter sat in a GC barrier under
+/// GC.stress), as a waiter that was never gone.
+struct Waiting<'a> {
+    queue: &'a RactorQueue,
+    fork_gen: u64,
+}
+
+impl<'a> Waiting<'a> {
+    /// Counts the caller unless it is counted already (in this process: a
+    /// wait that goes on in a forked child counts in the child's queue).
+    fn ensure(queue: &'a RactorQueue, counted: &mut Option<Waiting<'a>>) {
+        let gen = sys::fork_generation();
+        if counted.as_ref().is_some_and(|c| c.fork_gen == gen) {
+            return;
+        }
+        queue.sh().waiting.fetch_add(1, Ordering::AcqRel);
+        *counted = Some(Waiting {
+            queue,
+            fork_gen: gen,
+        });
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        // A fork meanwhile (a trap handler, under a scheduler) left this
+        // count in the parent's state: the child's starts at 0.
+        if sys::fork_generation() == self.fork_gen {
+            self.queue.sh().waiting.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
 enum Stored {
     Yes,
     Full,
@@ -350,18 +385,6 @@ impl RactorQueue {
     /// slice instead (`kernel_sleep`): a push from another Ractor cannot
     /// call the scheduler's `unblock`, so the fiber polls.
     fn block(&self, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
-        let gen = sys::fork_generation();
-        self.sh().waiting.fetch_add(1, Ordering::AcqRel);
-        let r = self.block_counted(side, deadline);
-        // A fork meanwhile (under a scheduler) left this count in the
-        // parent's state: the child's starts at 0.
-        if sys::fork_generation() == gen {
-            self.sh().waiting.fetch_sub(1, Ordering::AcqRel);
-        }
-        r
-    }
-
-    fn block_counted(&self, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
         let scheduler = sys::fiber_scheduler();
         if scheduler != sys::QNIL {
             let slice = deadline.map_or(SCHEDULER_SLICE, |d| {
@@ -390,6 +413,7 @@ impl RactorQueue {
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
         let mut timed_out = false;
+        let mut counted = None;
         loop {
             let q = self.sh();
             if let Some(v) = q.try_pop() {
@@ -407,6 +431,7 @@ impl RactorQueue {
             if q.closed.load(Ordering::Acquire) || timeout == Some(Duration::ZERO) {
                 return Ok(sys::QNIL);
             }
+            Waiting::ensure(self, &mut counted);
             let woke = self.block(Side::Pop, deadline);
             timed_out = self.after_wait(Side::Pop, woke)? == Woke::TimedOut;
         }
@@ -423,6 +448,7 @@ impl RactorQueue {
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
         let mut timed_out = false;
+        let mut counted = None;
         loop {
             let q = self.sh();
             match q.try_push(v) {
@@ -442,6 +468,7 @@ impl RactorQueue {
             if let Some(r) = q.push_refusal(true, first, should_block, timeout) {
                 return r;
             }
+            Waiting::ensure(self, &mut counted);
             let woke = self.block(Side::Push, deadline);
             timed_out = self.after_wait(Side::Push, woke)? == Woke::TimedOut;
         }
