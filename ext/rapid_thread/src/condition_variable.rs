@@ -16,7 +16,7 @@ use magnus::{
 
 use crate::errors;
 use crate::sys::{self, GvlCell, WaitList};
-use crate::wait::{self, enlisted};
+use crate::wait::{self, enlisted, End};
 
 #[derive(Default)]
 pub struct State {
@@ -85,6 +85,7 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let slept = enlisted(
         &cv.state,
         waiters,
+        End::Oldest,
         mutex,
         |_| true,
         |w| {

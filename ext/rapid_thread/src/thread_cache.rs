@@ -34,7 +34,7 @@ use rb_sys::VALUE;
 use crate::errors;
 use crate::sys::{self, GvlCell, WaitList, QNIL};
 use crate::task::{Phase, Task};
-use crate::wait;
+use crate::wait::{self, End};
 
 /// The monitor thread's name.
 const MONITOR_NAME: &str = "rapid_thread monitor";
@@ -132,8 +132,8 @@ impl Pool {
     /// Whether an idle worker must be woken for the pending tasks: more
     /// of them than idle workers already woken and not back yet (each of
     /// those takes a task when it runs, and one killed on the way hands
-    /// its wake-up on: `wait::enlisted_newest_first`, `Live::drop`). A
-    /// second wake-up for the same task went to the next newest idle
+    /// its wake-up on: `wait::enlisted` with `End::Newest`, `Live::drop`).
+    /// A second wake-up for the same task went to the next newest idle
     /// worker, which found it taken and came back as the newest: work left
     /// the hot worker.
     fn must_wake_idle(&mut self) -> bool {
@@ -352,9 +352,9 @@ fn forget_lost_starters() -> Result<(), Error> {
             continue;
         }
         with(|p| {
-            if let Some(j) = p.starting_threads.iter().position(|&x| x == t) {
-                p.starting_threads.swap_remove(j);
-                p.starting = p.starting.saturating_sub(1);
+            // Still listed: its body never ran (that would have removed it).
+            if p.starting_threads.contains(&t) {
+                arrived(p, t);
                 p.live = p.live.saturating_sub(1);
             }
         });
@@ -369,7 +369,7 @@ fn arm_monitor() -> Result<(), Error> {
         let (monitor, sleeping, started) =
             with(|p| (p.monitor, p.monitor_sleeping, p.monitor_started));
         // A monitor killed before its body ran (in a `:thread_begin` hook)
-        // never clears `monitor` on its way out (MonitorExit): replace it.
+        // never clears `monitor` on its way out (`MonitorExit`): replace it.
         if monitor == QNIL
             || started
             || sys::value(sys::funcall(monitor, sys::name!(c"alive?"), &[])?).to_bool()
@@ -442,7 +442,7 @@ fn monitor_body() -> Option<i32> {
             match start_worker() {
                 Ok(()) => with(|p| p.wanted -= 1),
                 Err(e) => match jump_tag(&e) {
-                    Some(tag) => return Some(monitor_exit(tag)),
+                    Some(tag) => return Some(tag),
                     // Out of threads for now (ThreadError); the next tick
                     // tries again.
                     None => break,
@@ -465,7 +465,7 @@ fn monitor_body() -> Option<i32> {
         });
         if let Err(e) = slept {
             match jump_tag(&e) {
-                Some(tag) => return Some(monitor_exit(tag)),
+                Some(tag) => return Some(tag),
                 // Thread#raise at the monitor: nothing to do with it.
                 None => continue,
             }
@@ -479,37 +479,29 @@ fn monitor_body() -> Option<i32> {
         let grown = grow_if_stalled(&mut seen, &mut since, &mut batch);
         if let Err(e) = grown {
             if let Some(tag) = jump_tag(&e) {
-                return Some(monitor_exit(tag));
+                return Some(tag);
             }
         }
     }
 }
 
-/// The monitor is ending (killed): the next spawn or join re-arms one.
-fn monitor_exit(tag: i32) -> i32 {
-    clear_monitor(sys::current_thread());
-    tag
-}
-
-/// Clears the monitor on every way out of its body, a panic included (a
-/// monitor left recorded but dead would never be replaced).
+/// Clears the monitor on every way out of its body (killed, or a panic):
+/// the next spawn or join re-arms one. A monitor left recorded but dead
+/// would never be replaced. In a forked child the pool is fresh: nothing
+/// to clear there.
 struct MonitorExit(VALUE);
 
 impl Drop for MonitorExit {
     fn drop(&mut self) {
-        // In a forked child the pool is fresh: nothing to clear there.
-        clear_monitor(self.0);
+        let me = self.0;
+        with(|p| {
+            if p.monitor == me {
+                p.monitor = QNIL;
+                p.monitor_sleeping = false;
+                p.monitor_dormant = false;
+            }
+        });
     }
-}
-
-fn clear_monitor(me: VALUE) {
-    with(|p| {
-        if p.monitor == me {
-            p.monitor = QNIL;
-            p.monitor_sleeping = false;
-            p.monitor_dormant = false;
-        }
-    });
 }
 
 /// No task started for this long while workers were runnable: grow anyway.
@@ -622,9 +614,9 @@ impl Drop for Live {
             // On their way: idle workers woken and not back (each takes a
             // task), workers starting and workers asked for. A woken worker
             // killed before taking its task passed its wake-up to the newest
-            // idle one if any was left (`wait::enlisted_newest_first`); this
-            // covers an empty list. (With the monitor gone, killed by a stray
-            // Thread#kill, a join wakes an idle worker or restarts the
+            // idle one if any was left (`wait::enlisted` with `End::Newest`);
+            // this covers an empty list. (With the monitor gone, killed by a
+            // stray Thread#kill, a join wakes an idle worker or restarts the
             // monitor; creating a thread here could run Ruby code.)
             let coming = p.idle.handed_out() + p.starting + p.wanted;
             let stranded = p.has_pending() && p.pending.len() > coming;
@@ -720,7 +712,7 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
             Some(None) => return Ok(None),
             None => {}
         }
-        sent = wait::enlisted_newest_first(&POOL, idle, QNIL, Pool::has_pending, |w| {
+        sent = wait::enlisted(&POOL, idle, End::Newest, QNIL, Pool::has_pending, |w| {
             wait::block(w, deadline, false)?;
             Ok(w.signaled())
         })?;
@@ -940,7 +932,7 @@ fn thread_flags(me: VALUE) -> Result<(bool, bool), Error> {
 /// variables and its name go, so the next block starts fresh and an idle
 /// worker keeps no user object alive.
 fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
-    if sys::is_frozen(me) {
+    if sys::value(me).is_frozen() {
         // A block froze Thread.current: the next block could not set a
         // fiber-local on it. Retire the worker (any error here does).
         return Err(errors::thread_error("a block froze its thread"));
@@ -952,7 +944,7 @@ fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
         }
     }
     sys::clear_thread_variables(me);
-    if sys::user_ivar_count(me) > 0 {
+    if sys::has_user_ivars(me) {
         // Instance variables set on Thread.current (Rails 7 keeps its
         // per-thread execution state, CurrentAttributes included, in one):
         // a fresh thread has none, so the next block must not see them.

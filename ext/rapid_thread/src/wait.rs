@@ -32,30 +32,9 @@ use crate::sys::{self, GvlCell, WaitList, Waiter, GVL_SPIN_US, QNIL, SPIN_US};
 /// A waiter that a waker chose but that leaves with an error (Thread#raise,
 /// kill, ...) hands its wake-up to the next waiter when `worth_passing_on`
 /// says there is still something to take; stock loses such a wake-up and
-/// can leave an item stranded while another thread sleeps.
+/// can leave an item stranded while another thread sleeps. The next waiter
+/// is taken from `end`, the end the list's wake-ups come from.
 pub fn enlisted<S, R>(
-    cell: &GvlCell<S>,
-    list: fn(&mut S) -> &mut WaitList,
-    blocker: VALUE,
-    worth_passing_on: fn(&mut S) -> bool,
-    wait: impl FnOnce(&Waiter) -> Result<R, Error>,
-) -> Result<R, Error> {
-    enlisted_on(cell, list, End::Oldest, blocker, worth_passing_on, wait)
-}
-
-/// `enlisted` on a list whose wake-ups go to the newest waiter (the thread
-/// cache's idle workers): a wake-up passed on goes to the newest too.
-pub fn enlisted_newest_first<S, R>(
-    cell: &GvlCell<S>,
-    list: fn(&mut S) -> &mut WaitList,
-    blocker: VALUE,
-    worth_passing_on: fn(&mut S) -> bool,
-    wait: impl FnOnce(&Waiter) -> Result<R, Error>,
-) -> Result<R, Error> {
-    enlisted_on(cell, list, End::Newest, blocker, worth_passing_on, wait)
-}
-
-fn enlisted_on<S, R>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
     end: End,
@@ -77,7 +56,7 @@ pub fn park<S>(
     deadline: Option<Instant>,
     worth_passing_on: fn(&mut S) -> bool,
 ) -> Result<(), Error> {
-    enlisted(cell, list, blocker, worth_passing_on, |w| {
+    enlisted(cell, list, End::Oldest, blocker, worth_passing_on, |w| {
         block(w, deadline, false)
     })
 }
@@ -215,7 +194,7 @@ pub fn wake_n<S>(
 
 /// Which waiter a wake-up goes to.
 #[derive(Clone, Copy)]
-enum End {
+pub enum End {
     /// The longest waiter (queues, condition variables: FIFO, as stock).
     Oldest,
     /// The most recent one (the thread cache: the hot worker, LIFO).

@@ -237,32 +237,33 @@ pub fn clear_thread_variables(thread: VALUE) {
     }
 }
 
-/// How many instance variables (`@name`s) Ruby code set on the thread;
+/// Whether Ruby code set instance variables (`@name`s) on the thread;
 /// the hidden `locals` (thread_variable_set's hash) does not count. No
 /// allocation and no method call, so a worker pays next to nothing for it
 /// when a block set none. (`rb_ivar_count` also counts `locals`, and on
 /// 3.3 keeps counting a removed ivar.)
-pub fn user_ivar_count(thread: VALUE) -> usize {
-    unsafe extern "C" fn count(id: rb_sys::ID, _val: VALUE, arg: rb_sys::st_data_t) -> c_int {
-        // SAFETY: `arg` is the `usize` below, alive for the whole foreach;
+pub fn has_user_ivars(thread: VALUE) -> bool {
+    unsafe extern "C" fn find(id: rb_sys::ID, _val: VALUE, arg: rb_sys::st_data_t) -> c_int {
+        // SAFETY: `arg` is the `bool` below, alive for the whole foreach;
         // rb_id2name returns a NUL-terminated name or NULL.
         let name = rb_sys::rb_id2name(id);
         if !name.is_null() && *name == b'@' as c_char {
-            *(arg as *mut usize) += 1;
+            *(arg as *mut bool) = true;
+            return rb_sys::st_retval::ST_STOP as c_int;
         }
         rb_sys::st_retval::ST_CONTINUE as c_int
     }
-    let mut n = 0usize;
+    let mut found = false;
     // SAFETY: iterates a live object's ivars; the callback neither
     // allocates nor calls Ruby.
     unsafe {
         rb_sys::rb_ivar_foreach(
             thread,
-            Some(count),
-            &mut n as *mut usize as rb_sys::st_data_t,
+            Some(find),
+            &mut found as *mut bool as rb_sys::st_data_t,
         )
     };
-    n
+    found
 }
 
 /// Removes the thread's instance variables (`@name`s) through the C API,
@@ -285,11 +286,6 @@ pub fn remove_ivars(thread: VALUE) -> Result<(), Error> {
 pub fn class_word(v: VALUE) -> VALUE {
     // SAFETY: `v` is a live heap object (a Thread); reads its class word.
     unsafe { (*(v as *const rb_sys::RBasic)).klass }
-}
-
-pub fn is_frozen(v: VALUE) -> bool {
-    // SAFETY: a plain flag query.
-    unsafe { rb_sys::rb_obj_frozen_p(v) != rb_sys::special_consts::Qfalse as VALUE }
 }
 
 /// Keeps `v` (and what its mark function marks) alive for the life of the
