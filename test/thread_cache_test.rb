@@ -377,20 +377,30 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, false]\n", out
   end
 
+  # Child-process prelude: `on_first_thread_begin(:worker) { ... }` (or
+  # `:monitor`) runs the block once, in the first new worker (or monitor)
+  # thread, in a :thread_begin hook: before that thread's body runs.
+  # Returns the enabled hook.
+  ON_FIRST_THREAD_BEGIN = <<~'RUBY'
+    def on_first_thread_begin(kind, &action)
+      fired = false
+      TracePoint.new(:thread_begin) do
+        next if fired || (Thread.current.name == "rapid_thread monitor") != (kind == :monitor)
+
+        fired = true
+        action.call
+      end.tap(&:enable)
+    end
+  RUBY
+
   # A thread killed in a :thread_begin hook (where a pending Thread#kill
   # lands too) ends before its body runs. A worker that never reached the
   # pool stayed counted as starting, and the monitor waited for it forever:
   # the block never started.
   def test_a_worker_killed_before_its_body_runs_does_not_strand_the_task
-    out, err, status = run_ruby(<<~'RUBY')
+    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       killed = false
-      tp = TracePoint.new(:thread_begin) do
-        if !killed && Thread.current.name != "rapid_thread monitor"
-          killed = true
-          Thread.current.kill
-        end
-      end
-      tp.enable
+      tp = on_first_thread_begin(:worker) { killed = true; Thread.current.kill }
       task = RapidThread.spawn { :ran }
       done = task.join(10)
       tp.disable
@@ -404,16 +414,13 @@ class ThreadCacheTest < RapidThreadTest
   # worker "starting" and did not restart the monitor, which alone can find
   # out that the worker is dead.
   def test_a_join_restarts_the_monitor_while_a_lost_worker_counts_as_starting
-    out, err, status = run_ruby(<<~'RUBY')
+    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       killed = false
-      tp = TracePoint.new(:thread_begin) do
-        if !killed && Thread.current.name != "rapid_thread monitor"
-          killed = true
-          Thread.list.find { |t| t.name == "rapid_thread monitor" }&.kill
-          Thread.current.kill
-        end
+      tp = on_first_thread_begin(:worker) do
+        killed = true
+        Thread.list.find { |t| t.name == "rapid_thread monitor" }&.kill
+        Thread.current.kill
       end
-      tp.enable
       task = RapidThread.spawn { :ran }
       done = task.join(10)
       tp.disable
@@ -428,19 +435,16 @@ class ThreadCacheTest < RapidThreadTest
   # before it runs; its exit counted the lost worker as coming, and so did
   # the join: nobody started the task. (Found by review, session 8.)
   def test_a_lost_worker_counted_as_starting_does_not_strand_a_later_task
-    out, err, status = run_ruby(<<~'RUBY')
+    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       q = Thread::Queue.new
       t0 = RapidThread.spawn { q.pop; Thread.current }
       Thread.pass until t0.status == "sleep" # its worker is blocked
       killed = false
-      tp = TracePoint.new(:thread_begin) do
-        if !killed && Thread.current.name != "rapid_thread monitor"
-          killed = true
-          q << 1 # t0's worker ends its block and takes t1
-          Thread.current.kill
-        end
+      tp = on_first_thread_begin(:worker) do
+        killed = true
+        q << 1 # t0's worker ends its block and takes t1
+        Thread.current.kill
       end
-      tp.enable
       t1 = RapidThread.spawn { :t1 } # every worker blocked: one is started
       worker = t0.value
       t1.value
@@ -459,19 +463,13 @@ class ThreadCacheTest < RapidThreadTest
   # pool; the monitor waited for it and started no other worker, so a block
   # that would release it never ran. Thread.new holds only its own thread.
   def test_a_worker_held_before_its_body_runs_does_not_stop_growth
-    out, err, status = run_ruby(<<~'RUBY')
+    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       q = Thread::Queue.new
       gate = Thread::Queue.new
       t0 = RapidThread.spawn { q.pop }
       Thread.pass until t0.status == "sleep"
       held = false
-      tp = TracePoint.new(:thread_begin) do
-        if !held && Thread.current.name != "rapid_thread monitor"
-          held = true
-          gate.pop
-        end
-      end
-      tp.enable
+      tp = on_first_thread_begin(:worker) { held = true; gate.pop }
       RapidThread.spawn { :t1 } # its worker is held in the hook
       t2 = RapidThread.spawn { gate << 1; :t2 }
       done = t2.join(10)
@@ -498,15 +496,9 @@ class ThreadCacheTest < RapidThreadTest
   # The same for the monitor: killed before its body ran, it never cleared
   # itself (monitor_exit), so the next join found it "running" and waited.
   def test_a_monitor_killed_before_its_body_runs_is_replaced
-    out, err, status = run_ruby(<<~'RUBY')
+    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       killed = false
-      tp = TracePoint.new(:thread_begin) do
-        if !killed && Thread.current.name == "rapid_thread monitor"
-          killed = true
-          Thread.current.kill
-        end
-      end
-      tp.enable
+      tp = on_first_thread_begin(:monitor) { killed = true; Thread.current.kill }
       task = RapidThread.spawn { :ran }
       Thread.pass until killed
       done = task.join(10)
