@@ -53,14 +53,17 @@ class BatchSelectTest < RapidThreadTest
   def test_push_all_wakes_one_popper_per_item
     q = Q.new
     got = StockQueue.new
-    poppers = Array.new(3) { spawn_thread { got << q.pop } }
+    poppers = Array.new(3) { |i| spawn_thread { got << [i, q.pop] } }
     wait_until { q.num_waiting == 3 }
     q.push_all(%i[a b])
-    assert_equal %i[a b], [got.pop, got.pop].sort
+    woken = [got.pop, got.pop]
+    assert_equal %i[a b], woken.map(&:last).sort
+    # A popper is alive a moment after it reports: join the two that did.
+    woken.each { |i, _| poppers[i].join }
     wait_until { q.num_waiting == 1 }
     assert_equal 1, poppers.count(&:alive?)
     q.push_all(%i[c d])
-    assert_equal :c, got.pop
+    assert_equal :c, got.pop.last
     assert_equal [:d], Array.new(q.size) { q.pop }
   end
 
@@ -198,7 +201,8 @@ class BatchSelectTest < RapidThreadTest
     pushers = Array.new(3) { |i| spawn_thread { q.push(i); done << i } }
     wait_until { q.num_waiting == 3 }
     assert_equal %i[a b], q.pop_batch(5)
-    2.times { done.pop }
+    # A pusher is alive a moment after it reports: join the two that did.
+    2.times { pushers[done.pop].join }
     wait_until { q.num_waiting == 1 }
     assert_equal 1, pushers.count(&:alive?)
     assert_equal 2, q.size
