@@ -807,11 +807,7 @@ class ThreadCacheTest < RapidThreadTest
   # spawn.
   def test_join_survives_a_killed_monitor
     q = Thread::Queue.new
-    blocked = task { q.pop }
-    wait_until { blocked.status == "sleep" }
-    monitor = Thread.list.find { |th| th.name == "rapid_thread monitor" }
-    refute_nil monitor
-    wait_until { monitor.status == "sleep" && RapidThread.cache_stats[:pending].zero? }
+    monitor = blocked_task_and_monitor(q)
     # No idle worker and the only busy one blocked: this spawn asks the
     # monitor for a worker; the monitor is killed before it can act.
     t = RapidThread.spawn { :ran }
@@ -821,6 +817,41 @@ class ThreadCacheTest < RapidThreadTest
     assert monitor.join(10), "the killed monitor ended"
   ensure
     q << 1
+    RapidThread.max_idle = 64
+  end
+
+  # The same with a program that only polls: `alive?` and `status` make
+  # no spawn or join, so they waited forever on a task the killed monitor
+  # left pending (Thread.new's thread would have ended).
+  def test_polling_survives_a_killed_monitor
+    %i[alive? status].each do |poll|
+      q = Thread::Queue.new
+      monitor = blocked_task_and_monitor(q)
+      t = RapidThread.spawn { :ran }
+      monitor.kill
+      assert monitor.join(10), "the killed monitor ended"
+      wait_until(10, "#{poll} to see the task end") { !t.public_send(poll) }
+      assert_equal :ran, t.value
+    ensure
+      q << 1
+    end
+  ensure
+    RapidThread.max_idle = 64
+  end
+
+  # Spawns a block that waits on `q`, with no idle worker to take it, so
+  # the spawn arms the monitor (an earlier test may have killed it), and
+  # returns the monitor once it sleeps with nothing pending. The caller
+  # restores max_idle.
+  def blocked_task_and_monitor(q)
+    RapidThread.max_idle = 0
+    wait_until { RapidThread.cache_stats[:idle].zero? }
+    blocked = task { q.pop }
+    wait_until { blocked.status == "sleep" }
+    monitor = Thread.list.find { |th| th.name == "rapid_thread monitor" }
+    refute_nil monitor
+    wait_until { monitor.status == "sleep" && RapidThread.cache_stats[:pending].zero? }
+    monitor
   end
 
   # --- process lifecycle -----------------------------------------------------

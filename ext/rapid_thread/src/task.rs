@@ -8,9 +8,9 @@
 //!
 //! Dependencies run one way: the pool (thread_cache.rs) owns tasks and
 //! drives their phases through this module; a task knows nothing of the
-//! pool. The one thing a join needs from it (that a pending task will get
-//! a worker) comes through the hook the pool registers at load time,
-//! [`on_pending_join`].
+//! pool. The one thing a join or a poll needs from it (that a pending task
+//! will get a worker) comes through the hooks the pool registers at load
+//! time, [`on_pending`].
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -27,15 +27,26 @@ use crate::errors;
 use crate::sys::{self, GvlCell, WaitList, QNIL};
 use crate::wait::{self, park};
 
-/// Called by a join that finds its task still pending: makes sure some
-/// worker will take it (set once by the pool).
-static PENDING_JOIN: OnceLock<fn() -> Result<(), Error>> = OnceLock::new();
+/// What a task still pending asks of the pool (set once by the pool).
+pub struct PendingHooks {
+    /// Called by a join: makes sure some worker will take the task.
+    pub join: fn() -> Result<(), Error>,
+    /// Called by a poll (`alive?`, `status`): the same, but only when the
+    /// pool's monitor is gone (a stray kill); otherwise one look.
+    pub poll: fn() -> Result<(), Error>,
+}
 
-/// Registers what a join on a pending task calls (the pool's
-/// `ensure_progress`).
-pub fn on_pending_join(ensure_progress: fn() -> Result<(), Error>) {
+static PENDING: OnceLock<PendingHooks> = OnceLock::new();
+
+/// Registers what a task still pending calls.
+pub fn on_pending(hooks: PendingHooks) {
     // A second registration (never made) would keep the first.
-    let _ = PENDING_JOIN.set(ensure_progress);
+    let _ = PENDING.set(hooks);
+}
+
+fn pending_hooks() -> &'static PendingHooks {
+    // Registered by thread_cache::init before `spawn` exists.
+    PENDING.get().expect("the pool registered its hooks")
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -320,11 +331,7 @@ fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<boo
         let phase = task.phase();
         match phase {
             Phase::Finished | Phase::Raised | Phase::Killed => return Ok(true),
-            Phase::Pending => {
-                // Registered by thread_cache::init before `spawn` exists.
-                let ensure_progress = PENDING_JOIN.get().expect("the pool registered its hook");
-                ensure_progress()?;
-            }
+            Phase::Pending => (pending_hooks().join)()?,
             Phase::Running => {}
         }
         if deadline.is_some_and(|d| d <= Instant::now()) || limit == Some(Duration::ZERO) {
@@ -381,6 +388,9 @@ fn value(rb_self: Value) -> Result<Value, Error> {
 /// through our own hint instead (docs/design-details.md, "Thread cache").
 fn is_alive(rb_self: Value) -> Result<bool, Error> {
     let task = Task::get(&rb_self)?;
+    if task.phase() == Phase::Pending {
+        (pending_hooks().poll)()?;
+    }
     if task.phase() == Phase::Pending && !sys::thread_alone() {
         let budget = Duration::from_micros(
             sys::GVL_SPIN_US.load(std::sync::atomic::Ordering::Relaxed) as u64,
@@ -397,6 +407,9 @@ fn is_alive(rb_self: Value) -> Result<bool, Error> {
 /// exception.
 fn status(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
+    if task.phase() == Phase::Pending {
+        (pending_hooks().poll)()?;
+    }
     Ok(match task.phase() {
         Phase::Pending => ruby.str_new("run").as_value(),
         Phase::Running => {

@@ -286,6 +286,18 @@ fn ensure_progress() -> Result<(), Error> {
     Ok(())
 }
 
+/// For a poll of a pending task (`Task#alive?`, `#status`): a program that
+/// only polls makes no spawn or join, so it would wait forever on tasks a
+/// killed monitor left behind. A monitor that is there and has started
+/// (the usual case) costs one look at the pool; without one, this does
+/// what a join does.
+fn ensure_progress_if_orphaned() -> Result<(), Error> {
+    if with(|p| p.monitor != QNIL && p.monitor_started) {
+        return Ok(());
+    }
+    ensure_progress()
+}
+
 /// Whether a worker can take pending tasks soon: one is idle (or just
 /// woken), starting or asked for, or busy but runnable.
 fn can_progress() -> Result<bool, Error> {
@@ -1073,7 +1085,10 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let roots = ruby.obj_wrap(Roots);
     module.funcall::<_, _, Value>("private_constant", (ruby.to_symbol("ThreadCacheRoots"),))?;
     sys::register_mark_object(sys::raw(roots.as_value()));
-    crate::task::on_pending_join(ensure_progress);
+    crate::task::on_pending(crate::task::PendingHooks {
+        join: ensure_progress,
+        poll: ensure_progress_if_orphaned,
+    });
     module.define_singleton_method("spawn", function!(spawn, -1))?;
     let thread: RClass = ruby.class_thread();
     thread.define_singleton_method("spawn", function!(spawn, -1))?;
