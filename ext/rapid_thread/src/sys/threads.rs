@@ -66,6 +66,10 @@ unsafe extern "C" fn unmasked_block(
 /// created inside `handle_interrupt(Object => :never)` would otherwise
 /// never see a kill (Task#kill, or the one Ruby sends at exit), and the
 /// threads it creates would inherit the mask too.
+///
+/// Leaving handle_interrupt runs interrupts that arrived as the body
+/// ended: a kill is resumed; an exception (Thread#raise at the monitor,
+/// the one user of this) is dropped, as the monitor's body drops it.
 fn run_unmasked(body: ThreadBody) -> Option<i32> {
     let mut slot: (ThreadBody, Option<i32>) = (body, None);
     let data = &mut slot as *mut (ThreadBody, Option<i32>) as VALUE;
