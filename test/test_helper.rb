@@ -155,6 +155,16 @@ module RapidThreadTestHelpers
     lib = File.expand_path("../lib", __dir__)
     Open3.capture3(RbConfig.ruby, "-I#{lib}", "-rrapid_thread", "-e", code, stdin_data: "", timeout: timeout)
   end
+
+  # run_ruby for a child that must succeed (and, if `quiet`, print nothing
+  # on stderr): returns its stdout, and fails the test with the child's
+  # status, stderr and stdout otherwise.
+  def child_output(code, timeout: 30, quiet: false)
+    out, err, status = run_ruby(code, timeout: timeout)
+    assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
+    assert_equal "", err, "the child's stderr" if quiet
+    out
+  end
 end
 
 # Open3.capture3 has no timeout option; add one that kills the child.

@@ -174,7 +174,7 @@ class ThreadCacheTest < RapidThreadTest
   # worker must start with the defaults all the same. (A cache of the flags
   # read after each block, to skip resetting them, let it leak.)
   def test_flags_set_during_the_report_do_not_reach_the_next_block
-    out, err, status = run_ruby(<<~'RUBY')
+    out = child_output(<<~'RUBY')
       t1 = nil
       $hook = -> { t1.abort_on_exception = true if t1 }
       class << $stderr
@@ -191,14 +191,13 @@ class ThreadCacheTest < RapidThreadTest
       p t2.value
       p RapidThread.cache_stats[:created]
     RUBY
-    assert status.success?, err
     assert_equal "[false, true]\n1\n", out
   end
 
   # --- exceptions ------------------------------------------------------------
 
   def test_report_is_byte_for_byte_thread_news
-    out, err, status = run_ruby(<<~'RUBY')
+    out = child_output(<<~'RUBY')
       def boom = raise(ArgumentError, "bad value")
       BLOCK = proc { boom }
       def capture
@@ -216,7 +215,6 @@ class ThreadCacheTest < RapidThreadTest
       quiet = capture { t = Thread.spawn { Thread.current.report_on_exception = false; boom }; t }
       print [stock, ours, named, quiet].map { |s| s.gsub(/0x\h+/, "0xADDR") }.inspect
     RUBY
-    assert status.success?, err
     stock, ours, named, quiet = eval(out) # rubocop:disable Security/Eval
     assert_match(/\A#<Thread:0xADDR -e:2 run> terminated with exception \(report_on_exception is true\):\n-e:1:in `boom': bad value \(ArgumentError\)\n/, stock)
     assert_equal stock, ours
@@ -225,15 +223,13 @@ class ThreadCacheTest < RapidThreadTest
   end
 
   def test_report_follows_the_global_default
-    out, err, status = run_ruby(<<~'RUBY')
+    out = child_output(<<~'RUBY', quiet: true)
       Thread.report_on_exception = false
       t = Thread.spawn { raise "quiet" }
       p t.report_on_exception
       t.join rescue p $!
     RUBY
-    assert status.success?, err
     assert_equal "false\n#<RuntimeError: quiet>\n", out
-    assert_equal "", err
   end
 
   def test_abort_on_exception_raises_in_main_thread
@@ -360,7 +356,7 @@ class ThreadCacheTest < RapidThreadTest
   # the task (nobody joins it, and nothing else is spawned): before the fix
   # it stayed pending for good, where Thread.new would have run it.
   def test_a_task_survives_the_kill_of_the_worker_woken_for_it
-    out, err, status = run_ruby(<<~'RUBY')
+    out = child_output(<<~'RUBY')
       w = RapidThread.spawn { Thread.current }.value
       Thread.pass until w.stop? && RapidThread.cache_stats[:idle] == 1
       # Until the monitor has stopped ticking (nothing pending): the task
@@ -373,7 +369,6 @@ class ThreadCacheTest < RapidThreadTest
       Thread.pass until ran || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
       p [ran, w.alive?]
     RUBY
-    assert status.success?, err
     assert_equal "[true, false]\n", out
   end
 
@@ -398,7 +393,7 @@ class ThreadCacheTest < RapidThreadTest
   # pool stayed counted as starting, and the monitor waited for it forever:
   # the block never started.
   def test_a_worker_killed_before_its_body_runs_does_not_strand_the_task
-    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
+    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       killed = false
       tp = on_first_thread_begin(:worker) { killed = true; Thread.current.kill }
       task = RapidThread.spawn { :ran }
@@ -406,7 +401,6 @@ class ThreadCacheTest < RapidThreadTest
       tp.disable
       p [killed, done && task.value, RapidThread.cache_stats[:threads]]
     RUBY
-    assert status.success?, err
     assert_equal "[true, :ran, 1]\n", out
   end
 
@@ -414,7 +408,7 @@ class ThreadCacheTest < RapidThreadTest
   # worker "starting" and did not restart the monitor, which alone can find
   # out that the worker is dead.
   def test_a_join_restarts_the_monitor_while_a_lost_worker_counts_as_starting
-    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
+    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       killed = false
       tp = on_first_thread_begin(:worker) do
         killed = true
@@ -426,7 +420,6 @@ class ThreadCacheTest < RapidThreadTest
       tp.disable
       p [killed, done && task.value]
     RUBY
-    assert status.success?, err
     assert_equal "[true, :ran]\n", out
   end
 
@@ -435,7 +428,7 @@ class ThreadCacheTest < RapidThreadTest
   # before it runs; its exit counted the lost worker as coming, and so did
   # the join: nobody started the task. (Found by review, session 8.)
   def test_a_lost_worker_counted_as_starting_does_not_strand_a_later_task
-    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
+    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       q = Thread::Queue.new
       t0 = RapidThread.spawn { q.pop; Thread.current }
       Thread.pass until t0.status == "sleep" # its worker is blocked
@@ -455,7 +448,6 @@ class ThreadCacheTest < RapidThreadTest
       done = t2.join(10)
       p [killed, done && t2.value]
     RUBY
-    assert status.success?, err
     assert_equal "[true, :t2]\n", out
   end
 
@@ -463,7 +455,7 @@ class ThreadCacheTest < RapidThreadTest
   # pool; the monitor waited for it and started no other worker, so a block
   # that would release it never ran. Thread.new holds only its own thread.
   def test_a_worker_held_before_its_body_runs_does_not_stop_growth
-    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
+    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       q = Thread::Queue.new
       gate = Thread::Queue.new
       t0 = RapidThread.spawn { q.pop }
@@ -477,26 +469,24 @@ class ThreadCacheTest < RapidThreadTest
       q << 1
       p [held, done && t2.value]
     RUBY
-    assert status.success?, err
     assert_equal "[true, :t2]\n", out
   end
 
   # A :thread_begin hook that gives every new thread a singleton class (an
   # APM, a debugger) must not get every worker retired after one block.
   def test_a_worker_born_with_a_singleton_class_is_reused
-    out, err, status = run_ruby(<<~'RUBY')
+    out = child_output(<<~'RUBY')
       TracePoint.new(:thread_begin) { Thread.current.singleton_class }.enable
       50.times { RapidThread.spawn { 1 }.value }
       p RapidThread.cache_stats[:created] <= 2
     RUBY
-    assert status.success?, err
     assert_equal "true\n", out
   end
 
   # The same for the monitor: killed before its body ran, it never cleared
   # itself (monitor_exit), so the next join found it "running" and waited.
   def test_a_monitor_killed_before_its_body_runs_is_replaced
-    out, err, status = run_ruby(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
+    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
       killed = false
       tp = on_first_thread_begin(:monitor) { killed = true; Thread.current.kill }
       task = RapidThread.spawn { :ran }
@@ -505,7 +495,6 @@ class ThreadCacheTest < RapidThreadTest
       tp.disable
       p [done && task.value]
     RUBY
-    assert status.success?, err
     assert_equal "[:ran]\n", out
   end
 
@@ -513,7 +502,7 @@ class ThreadCacheTest < RapidThreadTest
   # idle worker left, as every wake-up of the cache does (LIFO); it went
   # to the oldest, the coldest one and the one closest to its idle_timeout.
   def test_the_wake_up_of_a_killed_worker_goes_to_the_newest_idle_one
-    out, err, status = run_ruby(<<~'RUBY')
+    out = child_output(<<~'RUBY')
       q = Thread::Queue.new
       ts = Array.new(3) { RapidThread.spawn { q.pop; Thread.current } }
       Thread.pass until ts.all? { |t| t.status == "sleep" }
@@ -531,7 +520,6 @@ class ThreadCacheTest < RapidThreadTest
       ran_on = task.value
       p [{ oldest => :oldest, middle => :middle, newest => :newest }[ran_on], newest.alive?]
     RUBY
-    assert status.success?, err
     assert_equal "[:middle, false]\n", out
   end
 
@@ -539,7 +527,7 @@ class ThreadCacheTest < RapidThreadTest
   # with no idle worker left to pass its wake-up to. The other takes the
   # first task, which blocks: the second must still start.
   def test_a_task_survives_the_kill_of_a_woken_worker_with_nobody_idle
-    out, err, status = run_ruby(<<~'RUBY')
+    out = child_output(<<~'RUBY')
       q = Thread::Queue.new
       ts = Array.new(2) { RapidThread.spawn { q.pop; Thread.current } }
       Thread.pass until ts.all? { |t| t.status == "sleep" }
@@ -562,7 +550,6 @@ class ThreadCacheTest < RapidThreadTest
       first.join
       p [started, newest.alive?]
     RUBY
-    assert status.success?, err
     assert_equal "[true, false]\n", out
   end
 
@@ -571,7 +558,7 @@ class ThreadCacheTest < RapidThreadTest
   # Thread#raise or Ctrl-C) leaves the task queued: it must still start,
   # with no join and no later spawn to help it.
   def test_a_task_queued_by_an_interrupted_spawn_still_starts
-    out, err, status = run_ruby(<<~'RUBY')
+    out = child_output(<<~'RUBY')
       q = Thread::Queue.new
       busy = RapidThread.spawn { q.pop }
       Thread.pass until busy.status == "sleep"
@@ -591,7 +578,6 @@ class ThreadCacheTest < RapidThreadTest
       p ran
       busy.join(1) if ran
     RUBY
-    assert status.success?, err
     assert_equal "interrupted\ntrue\n", out
   end
 
@@ -767,7 +753,7 @@ class ThreadCacheTest < RapidThreadTest
   # clean-up runs a full GC). Every task must end, every worker a kill hit
   # must end, and the process must exit promptly.
   def test_random_kills_under_gc_stress_leave_no_stuck_worker
-    out, err, status = run_ruby(<<~'RUBY', timeout: 240)
+    out = child_output(<<~'RUBY', timeout: 240)
       RapidThread.idle_timeout = 60   # expiry must not hide a stuck worker
       srand(Integer(ENV.fetch("SEED", rand(1 << 30))))
       hit = []
@@ -798,7 +784,6 @@ class ThreadCacheTest < RapidThreadTest
       abort "busy workers left: #{stats}" unless stats[:busy].zero?
       puts "killed #{hit.size}"
     RUBY
-    assert status.success?, "#{err}\n#{out}"
     assert_match(/killed \d+/, out)
   end
 
@@ -857,34 +842,31 @@ class ThreadCacheTest < RapidThreadTest
   # --- process lifecycle -----------------------------------------------------
 
   def test_idle_threads_do_not_delay_exit
-    out, err, status = run_ruby(<<~'RUBY', timeout: 10)
+    out = child_output(<<~'RUBY', timeout: 10)
       t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       Array.new(8) { Thread.spawn { sleep 0.01 } }.each(&:join)
       Thread.spawn { sleep }  # blocked forever, like a Thread.new thread at exit
       at_exit { $stdout.puts "at_exit ran" }
     RUBY
-    assert status.success?, err
     assert_equal "at_exit ran\n", out
   end
 
   def test_spawn_under_handle_interrupt_never_leaves_killable_threads
     # Ruby threads inherit their creator's handle_interrupt masks; cached
     # threads must not, or Task#kill and process exit could never stop them.
-    out, err, status = run_ruby(<<~'RUBY', timeout: 20)
+    out = child_output(<<~'RUBY', timeout: 20)
       t = Thread.handle_interrupt(Object => :never) { Thread.spawn { sleep } }
       Thread.pass until t.status == "sleep"
       t.kill
       p t.join(5).equal?(t)
       Thread.handle_interrupt(Object => :never) { Thread.spawn { sleep } }
     RUBY
-    assert status.success?, err
     assert_equal "true\n", out
   end
 
   def test_exit_time_is_not_the_idle_timeout
     t0 = now
-    _out, err, status = run_ruby("Thread.spawn { 1 }.join; RapidThread.idle_timeout = 20", timeout: 15)
-    assert status.success?, err
+    child_output("Thread.spawn { 1 }.join; RapidThread.idle_timeout = 20", timeout: 15)
     assert_operator now - t0, :<, 10
   end
 
