@@ -35,9 +35,10 @@ class BadInputTest < RapidThreadTest
     end
     deadline = now + limit
     until t.join(0)
-      # Asleep, and still asleep a moment later (a zero timeout sleeps too,
-      # briefly): blocked.
-      if (t.stop? && !t.join(GC_STRESS ? 0.5 : 0.05)) || now > deadline
+      # Asleep, and still asleep a moment later, twice (a zero timeout
+      # sleeps too, briefly, and may wait for the GVL after): blocked.
+      grace = GC_STRESS ? 0.5 : 0.05
+      if (t.stop? && !t.join(grace) && t.stop? && !t.join(grace)) || now > deadline
         t.kill
         t.join(5)
         return result || :blocked # it may have finished meanwhile

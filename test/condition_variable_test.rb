@@ -48,8 +48,9 @@ class ConditionVariableTest < RapidThreadTest
     m.synchronize { cv.signal }
     wait_until { log.size == 2 }
     assert_equal [0, 1], log
-    more = Array.new(2) { |i| waiter(cv, m, log: log, tag: 10 + i) }
-    wait_for_sleepers(*more)
+    # One at a time: a waiter blocked on `m.lock` also shows "sleep", and
+    # one that got into the wait list only after the broadcast waits forever.
+    more = Array.new(2) { |i| waiter(cv, m, log: log, tag: 10 + i).tap { |t| wait_for_sleepers(t) } }
     assert_same cv, m.synchronize { cv.broadcast }
     (threads + more).each(&:join)
     assert_equal [0, 1, 2, 10, 11], log.take(2) + log.drop(2).sort

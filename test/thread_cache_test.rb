@@ -120,6 +120,8 @@ class ThreadCacheTest < RapidThreadTest
   end
 
   def test_every_block_starts_with_fresh_thread_state
+    idle_timeout = RapidThread.idle_timeout
+    RapidThread.idle_timeout = 60 # the worker must still be there for the probes
     first = RapidThread.spawn do
       Thread.current[:fiber_local] = 1
       Thread.current.thread_variable_set(:thread_var, 2)
@@ -141,6 +143,8 @@ class ThreadCacheTest < RapidThreadTest
     end
     assert(results.any? { |thread, *| thread.equal?(first) }, "no block ran on the cached thread again")
     results.each { |_, *state| assert_equal fresh, state }
+  ensure
+    RapidThread.idle_timeout = idle_timeout
   end
 
   # A block that froze Thread.current retires its worker: the next block on
@@ -186,7 +190,9 @@ class ThreadCacheTest < RapidThreadTest
       q << 1
       t1.join rescue nil
       $hook = nil
-      Thread.pass until RapidThread.cache_stats[:busy].zero?
+      # Back on the idle list (off the busy one is not enough: the worker
+      # leaves it before the join returns, and has more to do after).
+      Thread.pass until RapidThread.cache_stats[:idle] == 1
       t2 = RapidThread.spawn { [Thread.current.abort_on_exception, Thread.current.report_on_exception] }
       p t2.value
       p RapidThread.cache_stats[:created]
@@ -254,12 +260,16 @@ class ThreadCacheTest < RapidThreadTest
   end
 
   def test_worker_survives_an_exception
+    idle_timeout = RapidThread.idle_timeout
+    RapidThread.idle_timeout = 60 # the worker must still be there for the probes
     worker = nil
     a = task { worker = Thread.current; raise "x" }
     assert_raises(RuntimeError) { a.join }
     assert worker.alive?, "the worker died with the block's exception"
     assert(on_every_worker(worker) { nil }.any? { |thread, *| thread.equal?(worker) },
            "the worker never served another block")
+  ensure
+    RapidThread.idle_timeout = idle_timeout
   end
 
   # --- kill and raise --------------------------------------------------------
