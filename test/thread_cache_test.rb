@@ -147,6 +147,24 @@ class ThreadCacheTest < RapidThreadTest
     RapidThread.idle_timeout = idle_timeout
   end
 
+  # A worker's native thread (what top -H, perf and gdb show) has a name of
+  # its own, not the monitor's (its creator's), and gets it back after a
+  # block named its thread; its Ruby name stays nil.
+  def test_workers_native_threads_are_named
+    idle_timeout = RapidThread.idle_timeout
+    skip "no /proc" unless File.directory?("/proc/self/task")
+    skip "M:N threads share native threads" if ENV["RUBY_MN_THREADS"] == "1"
+    RapidThread.idle_timeout = 60 # the worker must still be there for the probes
+    comm = ->(t) { File.read("/proc/self/task/#{t.native_thread_id}/comm").chomp }
+    worker, during = RapidThread.spawn { Thread.current.name = "mine"; [Thread.current, comm[Thread.current]] }.value
+    assert_equal "mine", during
+    results = on_every_worker(worker) { [comm[Thread.current], Thread.current.name] }
+    assert(results.any? { |thread, *| thread.equal?(worker) }, "no block ran on the named thread again")
+    results.each { |_, native, name| assert_equal ["rapid_thread wo", nil], [native, name] }
+  ensure
+    RapidThread.idle_timeout = idle_timeout
+  end
+
   # A block that froze Thread.current retires its worker: the next block on
   # it could not even set a fiber-local (it was reused as it was).
   def test_a_worker_whose_thread_was_frozen_is_not_reused

@@ -39,6 +39,10 @@ use crate::wait::{self, End};
 /// The monitor thread's name.
 const MONITOR_NAME: &str = "rapid_thread monitor";
 
+/// A worker's native thread name (its Ruby name stays nil, as a Thread.new
+/// thread's): without one, every worker showed the monitor's, its creator.
+const WORKER_NATIVE_NAME: &str = "rapid_thread worker";
+
 /// How often the monitor re-checks pending tasks for a stall.
 const GROW_TICK: Duration = Duration::from_millis(1);
 
@@ -648,6 +652,7 @@ impl Drop for Live {
 
 fn worker_body() -> Option<i32> {
     let me = sys::current_thread();
+    sys::name_native_thread(WORKER_NATIVE_NAME);
     let mut live = Live {
         me,
         class_word: sys::class_word(me),
@@ -963,7 +968,9 @@ fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
         sys::remove_ivars(me)?;
     }
     if sys::funcall(me, sys::name!(c"name"), &[])? != QNIL {
+        // Ruby gave the native thread the block's name, and clears it here.
         sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
+        sys::name_native_thread(WORKER_NATIVE_NAME);
     }
     if sys::class_word(me) != class_word {
         // Singleton methods or modules a block gave Thread.current cannot
