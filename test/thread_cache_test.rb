@@ -815,56 +815,53 @@ class ThreadCacheTest < RapidThreadTest
     assert_match(/killed \d+/, out)
   end
 
-  # A stray Thread#kill of the monitor while a worker is wanted: a join on
-  # the pending task starts a new monitor instead of waiting for the next
-  # spawn.
-  def test_join_survives_a_killed_monitor
-    q = Thread::Queue.new
-    monitor = blocked_task_and_monitor(q)
-    # No idle worker and the only busy one blocked: this spawn asks the
-    # monitor for a worker; the monitor is killed before it can act.
-    t = RapidThread.spawn { :ran }
-    monitor.kill
-    assert_same t, t.join(10)
-    assert_equal :ran, t.value
-    assert monitor.join(10), "the killed monitor ended"
-  ensure
-    q << 1
-    RapidThread.max_idle = 64
-  end
-
-  # The same with a program that only polls: `alive?` and `status` make
-  # no spawn or join, so they waited forever on a task the killed monitor
-  # left pending (Thread.new's thread would have ended).
-  def test_polling_survives_a_killed_monitor
-    %i[alive? status].each do |poll|
+  # A stray Thread#kill of the monitor while a task waits for a worker: a
+  # join, or a program that only polls (`alive?`, `status`: no spawn, no
+  # join), gets the task run instead of waiting forever (Thread.new's thread
+  # would have ended). Behind a blocked block the spawn had asked the
+  # monitor for a worker; behind a busy block that never ends, only the
+  # monitor's tick grows the cache, so a join waited forever there too.
+  def test_a_task_left_pending_by_a_killed_monitor_still_runs
+    max_idle = RapidThread.max_idle
+    %i[blocked busy].product(%i[join alive? status]).each do |ahead, wait|
       q = Thread::Queue.new
-      monitor = blocked_task_and_monitor(q)
+      b, monitor = block_and_armed_monitor(ahead, q)
       t = RapidThread.spawn { :ran }
       monitor.kill
-      assert monitor.join(10), "the killed monitor ended"
-      wait_until(10, "#{poll} to see the task end") { !t.public_send(poll) }
+      assert monitor.join(TEST_TIMEOUT / 2), "the killed monitor ended"
+      assert_equal 1, RapidThread.cache_stats[:pending], "#{ahead}/#{wait}: left pending"
+      if wait == :join
+        assert_same t, t.join(TEST_TIMEOUT / 2), "#{ahead}/#{wait}"
+      else
+        wait_until(TEST_TIMEOUT / 2, "#{ahead}/#{wait} to see the task end") { !t.public_send(wait) }
+      end
       assert_equal :ran, t.value
     ensure
       q << 1
+      b&.join(TEST_TIMEOUT / 2)
     end
   ensure
-    RapidThread.max_idle = 64
+    RapidThread.max_idle = max_idle
   end
 
-  # Spawns a block that waits on `q`, with no idle worker to take it, so
-  # the spawn arms the monitor (an earlier test may have killed it), and
-  # returns the monitor once it sleeps with nothing pending. The caller
-  # restores max_idle.
-  def blocked_task_and_monitor(q)
+  # Spawns a block that waits on `q` (:blocked) or runs until `q` has an
+  # item (:busy), with no idle worker to take it, so the spawn arms the
+  # monitor (an earlier test may have killed it). Returns the task and the
+  # monitor, once the block runs and the monitor sleeps with nothing
+  # pending. Sets max_idle to 0: the caller restores it.
+  def block_and_armed_monitor(ahead, q)
     RapidThread.max_idle = 0
-    wait_until { RapidThread.cache_stats[:idle].zero? }
-    blocked = task { q.pop }
-    wait_until { blocked.status == "sleep" }
+    wait_until { RapidThread.cache_stats[:idle].zero? && RapidThread.cache_stats[:threads].zero? }
+    started = false
+    b = task do
+      started = true
+      ahead == :blocked ? q.pop : (Thread.pass while q.empty?)
+    end
+    wait_until { started && (ahead == :busy || b.status == "sleep") }
     monitor = Thread.list.find { |th| th.name == "rapid_thread monitor" }
     refute_nil monitor
     wait_until { monitor.status == "sleep" && RapidThread.cache_stats[:pending].zero? }
-    monitor
+    [b, monitor]
   end
 
   # --- process lifecycle -----------------------------------------------------

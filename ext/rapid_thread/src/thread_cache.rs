@@ -122,6 +122,12 @@ impl Pool {
         self
     }
 
+    /// Whether the monitor is there and its body has started (it clears
+    /// `monitor` on every way out; one killed before it started does not).
+    fn monitor_running(&mut self) -> bool {
+        self.monitor != QNIL && self.monitor_started
+    }
+
     /// Drops killed tasks from the head; whether a runnable one is left.
     fn has_pending(&mut self) -> bool {
         while let Some(&t) = self.pending.front() {
@@ -283,8 +289,10 @@ fn ensure_progress() -> Result<(), Error> {
     }
     // Workers starting count as coming, but one can die before it gets
     // here (Pool::starting_threads): the monitor's tick finds out, so it
-    // must be ticking (it may have been killed, or be asleep).
-    if with(|p| p.wanted > 0 || p.starting > 0) {
+    // must be ticking (it may have been killed, or be asleep). Without a
+    // monitor (a stray kill), nothing would start a worker for a task
+    // behind a busy block that never ends: only the monitor's tick does.
+    if with(|p| p.wanted > 0 || p.starting > 0 || !p.monitor_running()) {
         return arm_monitor();
     }
     Ok(())
@@ -292,14 +300,28 @@ fn ensure_progress() -> Result<(), Error> {
 
 /// For a poll of a pending task (`Task#alive?`, `#status`): a program that
 /// only polls makes no spawn or join, so it would wait forever on tasks a
-/// killed monitor left behind. A monitor that is there and has started
-/// (the usual case) costs one look at the pool; without one, this does
-/// what a join does.
+/// killed monitor left behind. A running monitor (the usual case) costs
+/// one look at the pool. Without one, a poll wakes an idle worker nobody
+/// woke, or restarts the monitor, whose tick does the rest (it grows the
+/// cache when the tasks make no progress). Unlike a join:
+/// - once the main thread has ended (finalizers at exit), a poll starts
+///   nothing, as Thread.new refuses to then;
+/// - a monitor that cannot be created (ThreadError) is not the poll's
+///   answer: the task is still pending, and the next poll tries again.
 fn ensure_progress_if_orphaned() -> Result<(), Error> {
-    if with(|p| p.monitor != QNIL && p.monitor_started) {
+    if with(Pool::monitor_running) || !with(Pool::has_pending) {
         return Ok(());
     }
-    ensure_progress()
+    let main = sys::main_thread();
+    if !sys::value(sys::funcall(main, sys::name!(c"alive?"), &[])?).to_bool() {
+        return Ok(());
+    }
+    if with(Pool::must_wake_idle) {
+        return wait::wake_newest(&POOL, idle);
+    }
+    // Refused: the next poll tries again.
+    let _refused = try_arm_monitor()?;
+    Ok(())
 }
 
 /// Whether a worker can take pending tasks soon: one is idle (or just
@@ -379,8 +401,15 @@ fn forget_lost_starters() -> Result<(), Error> {
 }
 
 /// Makes sure the monitor runs: starts it (unmasked) if there is none,
-/// wakes it if it sleeps. Fails only if it cannot be created.
+/// wakes it if it sleeps. Fails if it cannot be created (ThreadError), or
+/// with an interrupt that lands in a call made on the way.
 fn arm_monitor() -> Result<(), Error> {
+    try_arm_monitor()?
+}
+
+/// arm_monitor, with the monitor's creation refused (the inner error, a
+/// ThreadError) kept apart from interrupts (the outer one).
+fn try_arm_monitor() -> Result<Result<(), Error>, Error> {
     let (monitor, sleeping) = loop {
         let (monitor, sleeping, started) =
             with(|p| (p.monitor, p.monitor_sleeping, p.monitor_started));
@@ -406,7 +435,10 @@ fn arm_monitor() -> Result<(), Error> {
         // code): look again.
     };
     if monitor == QNIL {
-        let t = sys::create_thread(monitor_body, true)?;
+        let t = match sys::create_thread(monitor_body, true) {
+            Ok(t) => t,
+            Err(refused) => return Ok(Err(refused)),
+        };
         with(|p| {
             p.monitor = t;
             p.monitor_started = false;
@@ -421,7 +453,7 @@ fn arm_monitor() -> Result<(), Error> {
     } else if sleeping {
         sys::wakeup_thread(monitor);
     }
-    Ok(())
+    Ok(Ok(()))
 }
 
 // ---------------------------------------------------------------------------
