@@ -11,7 +11,10 @@ class LifecycleTest < RapidThreadTest
   def test_child_processes_end_as_ruby_ends_them
     out = child_output(<<~'RUBY', quiet: true)
       at_exit { puts "at_exit" }
-      ObjectSpace.define_finalizer(String.new("x"), proc { puts "finalizer" })
+      # Held: a GC before exit would run the finalizer of a dropped object
+      # then (the wait below allocates), not at exit.
+      $held = String.new("x")
+      ObjectSpace.define_finalizer($held, proc { puts "finalizer" })
       q = RapidThread::Queue.new
       t = Thread.new do q.pop ensure puts "ensure" end
       RapidThread.spawn do q.pop ensure puts "task ensure" end
