@@ -664,8 +664,9 @@ impl Drop for Live {
             // killed before taking its task passed its wake-up to the newest
             // idle one if any was left (`wait::enlisted` with `End::Newest`);
             // this covers an empty list. (With the monitor gone, killed by a
-            // stray Thread#kill, a join wakes an idle worker or restarts the
-            // monitor; creating a thread here could run Ruby code.)
+            // stray Thread#kill, a join or a poll wakes an idle worker or
+            // restarts the monitor; creating a thread here could run Ruby
+            // code.)
             let coming = p.idle.handed_out() + p.starting + p.wanted;
             let stranded = p.has_pending() && p.pending.len() > coming;
             if stranded && p.idle.is_empty() {
