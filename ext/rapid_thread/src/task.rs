@@ -49,6 +49,15 @@ fn pending_hooks() -> &'static PendingHooks {
     PENDING.get().expect("the pool registered its hooks")
 }
 
+/// A poll (`alive?`, `status`) of a task still pending: the pool's
+/// `PendingHooks::poll`.
+fn poll_pending(task: &Task) -> Result<(), Error> {
+    if task.phase() == Phase::Pending {
+        (pending_hooks().poll)()?;
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Phase {
     Pending,
@@ -388,9 +397,7 @@ fn value(rb_self: Value) -> Result<Value, Error> {
 /// through our own hint instead (docs/design-details.md, "Thread cache").
 fn is_alive(rb_self: Value) -> Result<bool, Error> {
     let task = Task::get(&rb_self)?;
-    if task.phase() == Phase::Pending {
-        (pending_hooks().poll)()?;
-    }
+    poll_pending(task)?;
     if task.phase() == Phase::Pending && !sys::thread_alone() {
         let budget = Duration::from_micros(
             sys::GVL_SPIN_US.load(std::sync::atomic::Ordering::Relaxed) as u64,
@@ -407,9 +414,7 @@ fn is_alive(rb_self: Value) -> Result<bool, Error> {
 /// exception.
 fn status(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
-    if task.phase() == Phase::Pending {
-        (pending_hooks().poll)()?;
-    }
+    poll_pending(task)?;
     Ok(match task.phase() {
         Phase::Pending => ruby.str_new("run").as_value(),
         Phase::Running => {
