@@ -108,7 +108,12 @@ class ThreadCacheTest < RapidThreadTest
   # blocks as there are workers (plus one) each hold a worker until all
   # have started, so every idle worker takes one (whichever the cache
   # would pick first). Returns the block's results, [thread, *rest] each.
+  # Under GC.stress the probes can take longer than the suite's 3 s
+  # idle_timeout, by which `worker` would end: it is 60 s meanwhile (the
+  # setter applies to idle workers too).
   def on_every_worker(worker, &block)
+    idle_timeout = RapidThread.idle_timeout
+    RapidThread.idle_timeout = 60
     wait_until { worker.stop? } # idle again
     latch = Thread::Queue.new
     n = RapidThread.cache_stats[:threads] + 1
@@ -117,11 +122,11 @@ class ThreadCacheTest < RapidThreadTest
     wait_until { probes.all? { |t| t.status == "sleep" } }
     n.times { latch << 1 }
     probes.map(&:value)
+  ensure
+    RapidThread.idle_timeout = idle_timeout
   end
 
   def test_every_block_starts_with_fresh_thread_state
-    idle_timeout = RapidThread.idle_timeout
-    RapidThread.idle_timeout = 60 # the worker must still be there for the probes
     first = RapidThread.spawn do
       Thread.current[:fiber_local] = 1
       Thread.current.thread_variable_set(:thread_var, 2)
@@ -143,26 +148,20 @@ class ThreadCacheTest < RapidThreadTest
     end
     assert(results.any? { |thread, *| thread.equal?(first) }, "no block ran on the cached thread again")
     results.each { |_, *state| assert_equal fresh, state }
-  ensure
-    RapidThread.idle_timeout = idle_timeout
   end
 
   # A worker's native thread (what top -H, perf and gdb show) has a name of
   # its own, not the monitor's (its creator's), and gets it back after a
   # block named its thread; its Ruby name stays nil.
   def test_workers_native_threads_are_named
-    idle_timeout = RapidThread.idle_timeout
     skip "no /proc" unless File.directory?("/proc/self/task")
     skip "M:N threads share native threads" if ENV["RUBY_MN_THREADS"] == "1"
-    RapidThread.idle_timeout = 60 # the worker must still be there for the probes
     comm = ->(t) { File.read("/proc/self/task/#{t.native_thread_id}/comm").chomp }
     worker, during = RapidThread.spawn { Thread.current.name = "mine"; [Thread.current, comm[Thread.current]] }.value
     assert_equal "mine", during
     results = on_every_worker(worker) { [comm[Thread.current], Thread.current.name] }
     assert(results.any? { |thread, *| thread.equal?(worker) }, "no block ran on the named thread again")
     results.each { |_, native, name| assert_equal ["rapid_thread wo", nil], [native, name] }
-  ensure
-    RapidThread.idle_timeout = idle_timeout
   end
 
   # A block that froze Thread.current retires its worker: the next block on
@@ -278,16 +277,12 @@ class ThreadCacheTest < RapidThreadTest
   end
 
   def test_worker_survives_an_exception
-    idle_timeout = RapidThread.idle_timeout
-    RapidThread.idle_timeout = 60 # the worker must still be there for the probes
     worker = nil
     a = task { worker = Thread.current; raise "x" }
     assert_raises(RuntimeError) { a.join }
     assert worker.alive?, "the worker died with the block's exception"
     assert(on_every_worker(worker) { nil }.any? { |thread, *| thread.equal?(worker) },
            "the worker never served another block")
-  ensure
-    RapidThread.idle_timeout = idle_timeout
   end
 
   # --- kill and raise --------------------------------------------------------
