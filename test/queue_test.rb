@@ -387,6 +387,29 @@ class QueueTest < RapidThreadTest
     end
   end
 
+  # A wait that slept leaves no mutex locked behind: it sleeps on a private
+  # Thread::Mutex (Mutex#sleep returns after a signal handler), unlocked
+  # when the wait ends. Ruby keeps a thread's held mutexes in a list that
+  # every unlock walks: left locked until the GC freed them, they piled up
+  # and made every sleep slower (a third of a ping-pong's CPU time).
+  def test_waits_that_slept_leave_no_mutex_locked
+    saved = RapidThread.spin_us
+    RapidThread.spin_us = 0 # every wait sleeps
+    a = Q.new
+    b = Q.new
+    held = spawn_thread do
+      GC.disable # the mutexes of the old code stayed until the GC freed them
+      50.times { b << a.pop }
+      ObjectSpace.each_object(Thread::Mutex).count(&:owned?)
+    ensure
+      GC.enable
+    end
+    50.times { |i| a << i; assert_equal i, b.pop }
+    assert_equal 0, held.value, "mutexes the waiting thread still holds"
+  ensure
+    RapidThread.spin_us = saved
+  end
+
   def test_spin_settings
     saved = [RapidThread.spin_us, RapidThread.gvl_spin_us]
     assert_equal 7, (RapidThread.spin_us = 7)
