@@ -41,6 +41,11 @@ require_relative "rapid_thread/task"
 #   After being woken, how long a waiter keeps yielding until the waker has
 #   released the GVL, so that taking the GVL does not sleep. Default 50, or
 #   ENV["RAPID_THREAD_GVL_SPIN_US"].
+#
+# A wait spins only while its CPU is idle: a yield that comes back later
+# than 200 µs (another thread needed the CPU) ends the spin, and no wait
+# spins for the next 100 ms. RapidThread.spin_stats tells how often that
+# happened ({ late_yields:, quiet: }).
 module RapidThread
   self.spin_us = Integer(ENV["RAPID_THREAD_SPIN_US"]) if ENV["RAPID_THREAD_SPIN_US"]
   self.gvl_spin_us = Integer(ENV["RAPID_THREAD_GVL_SPIN_US"]) if ENV["RAPID_THREAD_GVL_SPIN_US"]

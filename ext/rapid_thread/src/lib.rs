@@ -8,31 +8,21 @@ mod queue;
 mod ractor_queue;
 mod select;
 mod sized_queue;
+mod spin;
 mod sys;
 mod task;
 mod thread_cache;
 mod wait;
 
-use std::sync::atomic::Ordering;
+use magnus::{function, prelude::*, Error, RHash, Ruby};
 
-use magnus::{function, prelude::*, Error, Ruby};
-
-fn spin_us() -> u32 {
-    sys::SPIN_US.load(Ordering::Relaxed)
-}
-
-fn set_spin_us(us: u32) -> u32 {
-    sys::SPIN_US.store(us, Ordering::Relaxed);
-    us
-}
-
-fn gvl_spin_us() -> u32 {
-    sys::GVL_SPIN_US.load(Ordering::Relaxed)
-}
-
-fn set_gvl_spin_us(us: u32) -> u32 {
-    sys::GVL_SPIN_US.store(us, Ordering::Relaxed);
-    us
+/// `RapidThread.spin_stats`: what the spin policy (crate::spin) decided.
+fn spin_stats(ruby: &Ruby) -> Result<RHash, Error> {
+    let (late_yields, quiet) = spin::stats();
+    let h = ruby.hash_new();
+    h.aset(ruby.to_symbol("late_yields"), late_yields)?;
+    h.aset(ruby.to_symbol("quiet"), quiet)?;
+    Ok(h)
 }
 
 /// A deliberate panic, for the test that proves panics never cross into
@@ -46,10 +36,11 @@ fn internal_panic_for_tests() -> Result<(), Error> {
 fn init(ruby: &Ruby) -> Result<(), Error> {
     sys::install_fork_hook();
     let module = ruby.define_module("RapidThread")?;
-    module.define_singleton_method("spin_us", function!(spin_us, 0))?;
-    module.define_singleton_method("spin_us=", function!(set_spin_us, 1))?;
-    module.define_singleton_method("gvl_spin_us", function!(gvl_spin_us, 0))?;
-    module.define_singleton_method("gvl_spin_us=", function!(set_gvl_spin_us, 1))?;
+    module.define_singleton_method("spin_us", function!(spin::spin_us, 0))?;
+    module.define_singleton_method("spin_us=", function!(spin::set_spin_us, 1))?;
+    module.define_singleton_method("gvl_spin_us", function!(spin::gvl_spin_us, 0))?;
+    module.define_singleton_method("gvl_spin_us=", function!(spin::set_gvl_spin_us, 1))?;
+    module.define_singleton_method("spin_stats", function!(spin_stats, 0))?;
     module.define_singleton_method("__panic_for_tests", function!(internal_panic_for_tests, 0))?;
     let queue = queue::init(ruby, module)?;
     sized_queue::init(module, queue)?;

@@ -26,6 +26,7 @@ use magnus::{
 use rb_sys::VALUE;
 
 use crate::errors;
+use crate::spin;
 use crate::queue::block_and_timeout;
 use crate::sys::{self, Event, ForkCell};
 use crate::wait;
@@ -212,10 +213,7 @@ impl Shared {
     /// 3.1, where a lone signal can also land between them and the sleep
     /// with nobody to repeat it, the sleep is cut at `SLICE`.
     fn block_nogvl(&self, side: Side, deadline: Option<Instant>, me: VALUE) -> Woke {
-        let mut spin = Duration::from_micros(u64::from(crate::spin_us()));
-        if let Some(d) = deadline {
-            spin = spin.min(d.saturating_duration_since(Instant::now()));
-        }
+        let spin = spin::ractor_budget(deadline);
         let start = Instant::now();
         while start.elapsed() < spin {
             if self.ready_unlocked(side) {
@@ -224,7 +222,9 @@ impl Shared {
             if sys::thread_interrupted(me) {
                 return Woke::Interrupted;
             }
-            std::thread::yield_now();
+            if !spin::yield_cpu() {
+                break;
+            }
         }
         let mut s = self.lock();
         if self.ready(side, &s) || self.closed.load(Ordering::Acquire) {

@@ -24,6 +24,7 @@ use magnus::{
 use rb_sys::VALUE;
 
 use crate::errors;
+use crate::spin;
 use crate::sys::{self, GvlCell, WaitList, QNIL};
 use crate::wait::{self, park};
 
@@ -399,10 +400,9 @@ fn is_alive(rb_self: Value) -> Result<bool, Error> {
     let task = Task::get(&rb_self)?;
     poll_pending(task)?;
     if task.phase() == Phase::Pending && !sys::thread_alone() {
-        let budget = Duration::from_micros(
-            sys::GVL_SPIN_US.load(std::sync::atomic::Ordering::Relaxed) as u64,
-        );
-        sys::yield_gvl(budget);
+        if let Some(budget) = spin::handover_budget() {
+            sys::yield_gvl(budget, spin::yield_cpu);
+        }
         // Interrupts that arrived meanwhile are raised here, as by Thread.pass.
         sys::check_ints()?;
     }

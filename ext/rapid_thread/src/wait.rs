@@ -13,16 +13,17 @@
 //! 2. otherwise fall back to Ruby's own sleep (`rb_thread_sleep_deadly`),
 //!    which the deadlock detector sees and every interrupt wakes.
 //!
-//! A lone thread, or a fiber with a scheduler, skips phase 1.
+//! Whether and how long phase 1 spins is the spin policy's call
+//! (`crate::spin`); a fiber with a scheduler never spins.
 
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use magnus::{Error, Value};
 use rb_sys::VALUE;
 
 use crate::errors;
-use crate::sys::{self, GvlCell, WaitList, Waiter, GVL_SPIN_US, QNIL, SPIN_US};
+use crate::spin;
+use crate::sys::{self, GvlCell, WaitList, Waiter, QNIL};
 
 /// Runs `wait` with a waiter for the current thread enlisted on the list
 /// chosen by `list`. The waiter is off the list and out of its waiting
@@ -113,18 +114,6 @@ fn passed_on<S>(
     }
 }
 
-/// A wait list counts as active when it woke someone within this window.
-/// Waiters on a dormant list (nobody woken lately: a fresh queue, idle
-/// workers, threads parked for good) go straight to Ruby's sleep: their spin
-/// would almost surely be futile, and a futile spin costs CPU plus one more
-/// GVL hand-off just to go to sleep (docs/design-details.md, "Many waiters").
-const ACTIVE_WINDOW: Duration = Duration::from_millis(10);
-
-fn list_is_active(w: &Waiter) -> bool {
-    w.list_last_wake()
-        .is_some_and(|t| t.elapsed() < ACTIVE_WINDOW)
-}
-
 fn remaining(deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| d.saturating_duration_since(Instant::now()))
 }
@@ -140,14 +129,8 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
     if w.has_scheduler() {
         return sys::scheduler_block(w, remaining(deadline));
     }
-    let spin_us = SPIN_US.load(Ordering::Relaxed);
-    if spin_us > 0 && list_is_active(w) && !sys::thread_alone() {
-        let mut spin = Duration::from_micros(spin_us as u64);
-        if let Some(left) = remaining(deadline) {
-            spin = spin.min(left);
-        }
-        let gvl = Duration::from_micros(GVL_SPIN_US.load(Ordering::Relaxed) as u64);
-        sys::spin_without_gvl(w, spin, gvl);
+    if let Some(b) = spin::budget(w.list_last_wake(), deadline, sys::thread_alone) {
+        sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);
         // Interrupts that arrived while spinning are raised here.
         sys::check_ints()?;
         if w.signaled() {

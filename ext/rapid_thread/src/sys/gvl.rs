@@ -2,7 +2,7 @@
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -27,14 +27,15 @@ pub fn thread_alone() -> bool {
     unsafe { rb_sys::rb_thread_alone() != 0 }
 }
 
-/// Spin budgets, in microseconds (see `RapidThread.spin_us`).
-pub static SPIN_US: AtomicU32 = AtomicU32::new(50);
-pub static GVL_SPIN_US: AtomicU32 = AtomicU32::new(50);
+/// Yields the CPU once; false when the CPU turned out busy and spinning
+/// must stop (the spin policy's `yield_cpu`, crate::spin).
+pub type YieldCpu = fn() -> bool;
 
 struct SpinArgs<'a> {
     w: &'a Waiter,
     spin: Duration,
     gvl: Duration,
+    yield_cpu: YieldCpu,
 }
 
 fn spin_phase(a: &SpinArgs) {
@@ -46,11 +47,9 @@ fn spin_phase(a: &SpinArgs) {
         if w.signaled() {
             break;
         }
-        if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin {
+        if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin || !(a.yield_cpu)() {
             return;
         }
-        // SAFETY: a plain system call.
-        unsafe { libc::sched_yield() };
     }
     // Phase 2: the waker still holds the GVL; wait until it has released
     // it through one of our waits, so that re-acquiring it does not sleep.
@@ -59,10 +58,8 @@ fn spin_phase(a: &SpinArgs) {
     while GVL_RELEASES.load(Ordering::Acquire) == epoch
         && !w.interrupted.load(Ordering::Relaxed)
         && start.elapsed() < a.gvl
-    {
-        // SAFETY: a plain system call.
-        unsafe { libc::sched_yield() };
-    }
+        && (a.yield_cpu)()
+    {}
 }
 
 unsafe extern "C" fn spin_nogvl(arg: *mut c_void) -> *mut c_void {
@@ -81,9 +78,16 @@ unsafe extern "C" fn spin_ubf(arg: *mut c_void) {
 }
 
 /// Spins for the signal with the GVL released (two-phase, see
-/// docs/design-details.md). Returns with the GVL held; never raises.
-pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration) {
-    let args = SpinArgs { w, spin, gvl };
+/// docs/design-details.md), yielding the CPU through `yield_cpu` between
+/// checks, and stops early when it says the CPU is busy. Returns with the
+/// GVL held; never raises.
+pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration, yield_cpu: YieldCpu) {
+    let args = SpinArgs {
+        w,
+        spin,
+        gvl,
+        yield_cpu,
+    };
     // SAFETY: both pointers refer to locals that outlive the call; the
     // unblock function only stores an atomic flag. The `2` variant matters:
     // plain rb_thread_call_without_gvl runs pending interrupts on the way
@@ -102,6 +106,7 @@ pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration) {
 
 struct YieldArgs {
     budget: Duration,
+    yield_cpu: YieldCpu,
     interrupted: AtomicBool,
 }
 
@@ -114,9 +119,8 @@ unsafe extern "C" fn yield_nogvl(arg: *mut c_void) -> *mut c_void {
     while GVL_RELEASES.load(Ordering::Acquire) == epoch
         && !a.interrupted.load(Ordering::Relaxed)
         && start.elapsed() < a.budget
-    {
-        libc::sched_yield();
-    }
+        && (a.yield_cpu)()
+    {}
     ptr::null_mut()
 }
 
@@ -130,11 +134,13 @@ unsafe extern "C" fn yield_ubf(arg: *mut c_void) {
 /// Gives the GVL to a thread spinning for it in one of our waits (phase 2
 /// of the two-phase wait, which Thread.pass cannot see: it is not queued
 /// on the GVL), and takes it back once that thread has released it again
-/// through one of our waits, or after `budget`. Never raises.
-pub fn yield_gvl(budget: Duration) {
+/// through one of our waits, or after `budget`, or once `yield_cpu` says
+/// the CPU is busy. Never raises.
+pub fn yield_gvl(budget: Duration, yield_cpu: YieldCpu) {
     note_gvl_release();
     let args = YieldArgs {
         budget,
+        yield_cpu,
         interrupted: AtomicBool::new(false),
     };
     let p = &args as *const YieldArgs as *mut c_void;
