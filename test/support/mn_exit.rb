@@ -1,11 +1,12 @@
 # frozen_string_literal: true
 
 # Loaded (through RUBYOPT, test_helper.rb) into every child Ruby the suite
-# starts on Ruby 3.3 with RUBY_MN_THREADS=1, stock oracle and gem alike.
+# starts on Ruby 3.3 or 3.4 with RUBY_MN_THREADS=1, stock oracle and gem
+# alike.
 #
-# Ruby 3.3.8's M:N teardown sometimes dies of SIGSEGV in ruby_vm_destruct,
-# after the program has ended (docs/design-details.md, "Ruby 3.3 M:N exit
-# crash"; stock crashes the same way). The exit sequence is: at_exit
+# Ruby 3.3.8's and 3.4.5's M:N teardown sometimes dies of SIGSEGV in
+# ruby_vm_destruct, after the program has ended (docs/design-details.md,
+# "Ruby 3.3 M:N exit crash"; stock crashes the same way). The exit sequence is: at_exit
 # handlers, then every other thread is killed (their ensure clauses run),
 # then the error message of an uncaught exception is printed, then
 # finalizers run, then the VM is destroyed. This ends the process from the
