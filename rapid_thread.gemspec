@@ -19,9 +19,9 @@ Gem::Specification.new do |spec|
     "changelog_uri" => "#{spec.homepage}/blob/main/CHANGELOG.md",
     "rubygems_mfa_required" => "true"
   }
-  # Tested on Ruby 3.1.2 (Debian 12) and 3.3.8 (also with M:N threads);
-  # 3.2 is expected to work but is not tested (README).
-  spec.required_ruby_version = [">= 3.1", "< 3.4"]
+  # Tested on Ruby 3.1.2 (Debian 12), 3.3.8 and 3.4.5 (both also with M:N
+  # threads); 3.2 is expected to work but is not tested (README).
+  spec.required_ruby_version = [">= 3.1", "< 3.5"]
 
   # The source gem: Rust sources, compiled on install (extensions below).
   # `rake native gem` derives the precompiled x86_64-linux gem from this

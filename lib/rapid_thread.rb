@@ -3,16 +3,20 @@
 require_relative "rapid_thread/version"
 begin
   # A build for this Ruby (rake compile, or the precompiled platform gem,
-  # which carries lib/rapid_thread/3.1/ and lib/rapid_thread/3.3/).
+  # which carries one per Ruby: lib/rapid_thread/3.1/, 3.3/, 3.4/).
   require_relative "rapid_thread/#{RUBY_VERSION[/\A\d+\.\d+/]}/rapid_thread"
 rescue LoadError => precompiled
   begin
     # A source gem's extension, compiled on install.
     require "rapid_thread/rapid_thread"
   rescue LoadError => source
-    raise LoadError, "rapid_thread has no extension for Ruby #{RUBY_VERSION} (#{RUBY_PLATFORM}): the precompiled " \
-                     "gem carries builds for Ruby 3.1 and 3.3 on x86_64-linux (glibc 2.34+); elsewhere install " \
-                     "the source gem, which compiles with Rust: gem install rapid_thread --platform ruby " \
+    # The builds this copy carries, as they are on disk (what was packaged).
+    carried = Dir[File.join(__dir__, "rapid_thread", "[0-9]*.[0-9]*", "rapid_thread.so")]
+              .map { |so| File.basename(File.dirname(so)) }.sort_by { |v| v.split(".").map(&:to_i) }
+    raise LoadError, "rapid_thread has no extension for Ruby #{RUBY_VERSION} (#{RUBY_PLATFORM}): this copy carries " \
+                     "#{carried.empty? ? 'no precompiled build' : "precompiled builds for Ruby #{carried.join(', ')}"} " \
+                     "(the precompiled gem is x86_64-linux, glibc 2.34+); elsewhere install the source gem, which " \
+                     "compiles with Rust: gem install rapid_thread --platform ruby " \
                      "(#{precompiled.message}; #{source.message})"
   end
 end

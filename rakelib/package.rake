@@ -5,13 +5,13 @@
 #   rake gem          pkg/rapid_thread-<v>.gem: the source gem; installing it
 #                     compiles the extension (cargo, libclang).
 #   rake native gem   also pkg/rapid_thread-<v>-x86_64-linux.gem: the extension
-#                     precompiled for Ruby 3.1 and 3.3 (lib/rapid_thread/3.1/,
-#                     lib/rapid_thread/3.3/), no `extensions`: installing it
-#                     compiles nothing. lib/rapid_thread.rb loads the build for
-#                     the running Ruby.
+#                     precompiled for every Ruby of NATIVE_RUBIES (3.1, 3.3,
+#                     3.4: lib/rapid_thread/3.1/, ...), no `extensions`:
+#                     installing it compiles nothing. lib/rapid_thread.rb
+#                     loads the build for the running Ruby.
 #   rake test:install both gems installed into empty GEM_HOMEs and used from /:
-#                     the platform gem under 3.1 and 3.3 with no Rust toolchain
-#                     reachable, the source gem (compiling) under 3.1.
+#                     the platform gem under each of those Rubies with no Rust
+#                     toolchain reachable, the source gem (compiling) under 3.1.
 require "rubygems/package_task"
 require "fileutils"
 require "tmpdir"
@@ -22,12 +22,28 @@ Gem::PackageTask.new(GEMSPEC) do |p|
   p.need_zip = false
 end
 
-# The Rubies the platform gem carries a build for, and how to reach them.
+# The Rubies the platform gem carries a build for, and how to reach them:
+# Debian 12's 3.1, and every Ruby bin/setup-ruby builds (rakelib/rubies.rb).
 NATIVE_RUBIES = {
   "3.1" => ENV.fetch("RUBY31") { RUBY_VERSION.start_with?("3.1.") ? RbConfig.ruby : "/usr/bin/ruby3.1" },
-  "3.3" => RUBY33
+  **RapidThreadRubies::BUILT.to_h { |series| [series, RapidThreadRubies.ruby(series)] }
 }.freeze
 NATIVE_PLATFORM = Gem::Platform.new("x86_64-linux")
+
+# "3.1, 3.3 and 3.4"
+def native_rubies_text
+  *rest, last = NATIVE_RUBIES.keys
+  rest.empty? ? last : "#{rest.join(', ')} and #{last}"
+end
+
+# From the oldest Ruby carried to the newest's next minor (>= 3.1, < 3.5): a
+# Ruby in between without a build (3.2) gets the LoadError of
+# lib/rapid_thread.rb, which names the source gem.
+def native_ruby_requirement
+  versions = NATIVE_RUBIES.keys.map { |v| Gem::Version.new(v) }
+  major, minor = versions.max.segments
+  [">= #{versions.min}", "< #{major}.#{minor + 1}"]
+end
 
 def native_spec
   spec = GEMSPEC.dup
@@ -36,31 +52,37 @@ def native_spec
   # No Rust sources: nothing compiles on install.
   spec.files = spec.files.reject { |f| f.start_with?("ext/") || f.start_with?("Cargo.") } +
                NATIVE_RUBIES.keys.map { |v| "lib/rapid_thread/#{v}/rapid_thread.so" }
-  spec.required_ruby_version = [">= 3.1", "< 3.4"]
+  spec.required_ruby_version = native_ruby_requirement
   spec
 end
 
 def compile_for(version, ruby)
-  if version == "3.3" && !File.executable?(ruby) && !ENV["RUBY33"]
-    # A fresh clone after plain bin/setup: build Ruby 3.3.8 once, as
-    # `bin/setup --ruby 3.3` would (Debian's source package; ~12 minutes).
-    warn "rake native: no Ruby 3.3 at #{ruby}; building it once with bin/setup-ruby 3.3 (about 12 minutes)"
-    built = `bin/setup-ruby 3.3`.lines.last.to_s.strip
-    abort "bin/setup-ruby 3.3 failed" unless $?.success? && File.executable?(built)
+  if RapidThreadRubies::BUILT.include?(version) && !File.executable?(ruby) && !ENV[RapidThreadRubies.env_var(version)]
+    # A fresh clone after plain bin/setup: build that Ruby once, as
+    # `bin/setup --ruby #{version}` would (Debian's source package).
+    warn "rake native: no Ruby #{version} at #{ruby}; building it once with bin/setup-ruby #{version} (several minutes)"
+    built = `bin/setup-ruby #{version}`.lines.last.to_s.strip
+    abort "bin/setup-ruby #{version} failed" unless $?.success? && File.executable?(built)
     ruby = built
   end
   if RUBY_VERSION.start_with?("#{version}.")
     Rake::Task[:compile].invoke
   else
-    other_ruby(ruby) # rake compile with that Ruby's rake
+    other_ruby(version, ruby: ruby) # rake compile with that Ruby's rake
   end
   so = "lib/rapid_thread/#{version}/rapid_thread.so"
   abort "#{so} was not built" unless File.file?(so)
 end
 
-desc "Build the extension for Ruby #{NATIVE_RUBIES.keys.join(' and ')} and add the precompiled " \
+desc "Build the extension for Ruby #{native_rubies_text} and add the precompiled " \
      "#{NATIVE_PLATFORM} gem to `rake gem` (rake native gem)"
 task :native do
+  # The source gem must admit every Ruby the platform gem carries.
+  NATIVE_RUBIES.each_key do |version|
+    next if GEMSPEC.required_ruby_version.satisfied_by?(Gem::Version.new("#{version}.0"))
+
+    abort "rapid_thread.gemspec's required_ruby_version (#{GEMSPEC.required_ruby_version}) excludes Ruby #{version}"
+  end
   NATIVE_RUBIES.each { |version, ruby| compile_for(version, ruby) }
   spec = native_spec
   gem_path = File.join("pkg", spec.file_name)
@@ -82,7 +104,7 @@ task :native do
 end
 
 namespace :test do
-  desc "Install the platform gem (Ruby 3.1 and 3.3, no Rust toolchain reachable) and the source gem " \
+  desc "Install the platform gem (Ruby #{native_rubies_text}, no Rust toolchain reachable) and the source gem " \
        "(3.1, compiles) into empty GEM_HOMEs, then run test/install/smoke.rb from /"
   task install: %i[native gem] do
     root = File.expand_path("tmp/install")
@@ -90,7 +112,7 @@ namespace :test do
     FileUtils.mkdir_p(root)
     smoke = File.expand_path("test/install/smoke.rb")
 
-    # `gem build` of the source gem prints no warning on either Ruby.
+    # `gem build` of the source gem prints no warning on any of them.
     NATIVE_RUBIES.each_value do |ruby|
       out, status = Open3.capture2e(gem_command(ruby), "build", "rapid_thread.gemspec",
                                     "--output", File.join(root, "warnings-check.gem"))

@@ -7,7 +7,8 @@ require_relative "test_helper"
 class LifecycleTest < RapidThreadTest
   # The suite's children end as Ruby ends them: status, message, at_exit,
   # the ensure clauses of killed threads and finalizers. This holds the
-  # M:N shield (support/mn_exit.rb, on 3.3 with RUBY_MN_THREADS=1) to it.
+  # M:N shield (support/mn_exit.rb, on 3.3 and 3.4 with RUBY_MN_THREADS=1)
+  # to it.
   def test_child_processes_end_as_ruby_ends_them
     out = child_output(<<~'RUBY', quiet: true)
       at_exit { puts "at_exit" }

@@ -57,10 +57,10 @@ rescue Errno::ESRCH
   nil
 end
 
-# On Ruby 3.3 with M:N threads every child Ruby skips the VM's destruction,
-# where 3.3.8 itself sometimes crashes after the program ended
-# (support/mn_exit.rb).
-if ENV["RUBY_MN_THREADS"] == "1" && RUBY_VERSION.start_with?("3.3.")
+# On Ruby 3.3 and 3.4 with M:N threads every child Ruby skips the VM's
+# destruction, where 3.3.8 and 3.4.5 themselves sometimes crash after the
+# program ended (support/mn_exit.rb).
+if ENV["RUBY_MN_THREADS"] == "1" && RUBY_VERSION.start_with?("3.3.", "3.4.")
   ENV["RUBYOPT"] = [ENV.fetch("RUBYOPT", nil), "-r#{File.expand_path('support/mn_exit', __dir__)}"].compact.join(" ")
 end
 

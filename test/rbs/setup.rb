@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# RAPID_THREAD_RBS=1 (rake test:rbs, Ruby 3.3 with its bundled rbs): every
+# RAPID_THREAD_RBS=1 (rake test:rbs, Ruby 3.3 or 3.4 with its bundled rbs): every
 # call the suite makes into rapid_thread's public classes and methods is
 # checked at run time against sig/rapid_thread.rbs, with rbs's own runtime
 # type checker (rbs/test: each method is wrapped, and a call whose

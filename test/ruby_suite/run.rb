@@ -3,7 +3,9 @@
 # Runs Ruby's own tests for Thread::Queue, Thread::SizedQueue and
 # Thread::ConditionVariable (test/ruby/test_thread_queue.rb and
 # test/ruby/test_thread_cv.rb, from the source tarball of the running
-# Ruby's series) with the gem's classes in place of the core ones.
+# Ruby's series) with the gem's classes in place of the core ones, and
+# test/monitor/test_monitor.rb (Monitor#new_cond's condition variables are
+# then the gem's, and the tests' Thread::Queue too).
 #
 #   ruby test/ruby_suite/run.rb            # the gem's classes (rake test:ruby_suite)
 #   ruby test/ruby_suite/run.rb --stock    # stock's, as a baseline
@@ -20,10 +22,10 @@
 #
 # Tests that cannot apply to a replacement class would be excluded by name
 # through the runner's --excludes-dir, each with its reason (EXCLUDES
-# below). None is needed: on 3.1.2 and 3.3.8 every test passes.
+# below). None is needed: on 3.1.2, 3.3.8 and 3.4.5 every test passes.
 require_relative "common"
 
-FILES = %w[test/ruby/test_thread_queue.rb test/ruby/test_thread_cv.rb].freeze
+FILES = %w[test/ruby/test_thread_queue.rb test/ruby/test_thread_cv.rb test/monitor/test_monitor.rb].freeze
 RUNNER = "tool/test/runner.rb"
 # test/lib: helpers some tests load; tool/test/init.rb: the runner's set-up
 # on 3.3 (3.1's runner has none).
