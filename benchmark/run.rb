@@ -6,7 +6,9 @@
 #     --rounds N     rounds per mode (default 5); each round runs stock, gem
 #                    (and the control / peer sides), in that order
 #     --scale S      multiply iteration counts by S (default 1)
-#     --modes LIST   unpinned,pinned (default both; pinned = taskset -c 0)
+#     --modes LIST   unpinned,pinned (default both; pinned = taskset -c 0);
+#                    also saturated: unpinned while one CPU-bound process
+#                    per core runs beside the benchmark (rake bench:saturated)
 #     --json PATH    raw figures (default benchmark/results/latest.json);
 #                    the chart is written beside it (.svg)
 #     --no-control   skip the A/A side (stock again, "stock-b") whose ratio
@@ -117,13 +119,28 @@ def median(xs)
   s.size.odd? ? s[s.size / 2] : (s[s.size / 2 - 1] + s[s.size / 2]) / 2.0
 end
 
+# One busy-looping process per core (the saturated mode): started before a
+# run and killed after it, so every run of every side meets the same load.
+def with_hogs(mode)
+  return yield unless mode == "saturated"
+
+  hogs = Etc.nprocessors.times.map { Process.spawn(RbConfig.ruby, "-e", "loop {}") }
+  sleep 0.2 # let them reach their loops
+  yield
+ensure
+  hogs&.each do |pid|
+    Process.kill("KILL", pid)
+    Process.wait(pid)
+  end
+end
+
 def run_one(script, impl, mode, scale, env_extra = {}, timeout: 600)
   Dir.mktmpdir do |d|
     out = File.join(d, "probe.jsonl")
     env = { "RAPID_THREAD_BENCH_IMPL" => impl, "BENCH_SCALE" => scale.to_s, "RAPID_THREAD_BENCH_OUT" => out }.merge(env_extra)
     cmd = [RbConfig.ruby, "-r#{File.join(DIR, 'probe.rb')}", script]
     cmd = ["taskset", "-c", "0", *cmd] if mode == "pinned"
-    stdout, stderr, status = Open3.capture3(env, "timeout", timeout.to_s, *cmd)
+    stdout, stderr, status = with_hogs(mode) { Open3.capture3(env, "timeout", timeout.to_s, *cmd) }
     unless status.success? && File.exist?(out)
       return { failed: "#{status.exitstatus}: #{stderr.lines.grep(/Error|error/).first&.strip || stderr.lines.last&.strip}" }
     end
@@ -228,7 +245,7 @@ puts "CONTROL RUN: both columns are stock Ruby; the ratios are the noise floor.\
 modes = rows.map { |r| r[:mode] }.uniq
 head = ["name"]
 modes.each do |m|
-  t = m == "pinned" ? "pinned " : ""
+  t = m == "unpinned" ? "" : "#{m} "
   head += ["#{t}stock s", "#{t}rapid_thread s", "#{t}speedup", "#{t}A/A"]
   head += ["#{t}before s", "#{t}after vs before"] if rows.any? { |r| r[:vs_before] }
 end
@@ -307,7 +324,7 @@ def svg_chart(rows, title)
   out << %(<rect width="100%" height="100%" fill="white"/>\n<text x="10" y="20" font-size="14" font-weight="bold">#{title}</text>\n)
   rows.each_with_index do |r, i|
     y = 40 + i * (bar_h + gap)
-    color = r[:mode] == "pinned" ? "#e08a2c" : "#2c6fe0"
+    color = { "pinned" => "#e08a2c", "saturated" => "#8a2ce0" }.fetch(r[:mode], "#2c6fe0")
     color = "#c0392b" if r[:speedup] < 1
     out << %(<text x="#{left - 6}" y="#{y + 11}" text-anchor="end">#{r[:name]} (#{r[:mode]})</text>\n)
     out << %(<rect x="#{left}" y="#{y}" width="#{scale.(r[:speedup]).round(1)}" height="#{bar_h}" fill="#{color}"/>\n)
@@ -317,7 +334,7 @@ def svg_chart(rows, title)
   bottom = 40 + rows.size * (bar_h + gap)
   out << %(<line x1="#{one}" y1="32" x2="#{one}" y2="#{bottom}" stroke="black" stroke-dasharray="4 3"/>\n)
   out << %(<text x="#{one}" y="#{bottom + 16}" text-anchor="middle">1.0x (stock)</text>\n)
-  out << %(<text x="#{width - 10}" y="#{bottom + 16}" text-anchor="end" fill="#555">blue: unpinned, orange: pinned (taskset -c 0); red: slower; log scale</text>\n)
+  out << %(<text x="#{width - 10}" y="#{bottom + 16}" text-anchor="end" fill="#555">blue: unpinned, orange: pinned (taskset -c 0), purple: saturated (a busy process per core); red: slower; log scale</text>\n)
   out << "</svg>\n"
 end
 
