@@ -109,17 +109,26 @@ impl Pool {
 
     /// After fork the child has none of the parent's workers: it starts
     /// with an empty cache (tasks of the parent are dead, see Task).
+    #[inline(always)]
     fn fresh(&mut self) -> &mut Pool {
         let gen = sys::fork_generation();
         if self.fork_gen != gen {
-            *self = Pool {
-                idle_timeout: self.idle_timeout,
-                max_idle: self.max_idle,
-                fork_gen: gen,
-                ..Pool::new()
-            };
+            self.forget_parent(gen);
         }
         self
+    }
+
+    /// `fresh`'s reset, out of line: every access to the pool checks the
+    /// fork generation, and only a child's first one resets.
+    #[cold]
+    #[inline(never)]
+    fn forget_parent(&mut self, gen: u64) {
+        *self = Pool {
+            idle_timeout: self.idle_timeout,
+            max_idle: self.max_idle,
+            fork_gen: gen,
+            ..Pool::new()
+        };
     }
 
     /// Whether the monitor is there and its body has started (it clears
@@ -956,26 +965,28 @@ fn prepare_thread(me: VALUE, start: &crate::task::Start) -> Result<(), Error> {
     if start.name != QNIL {
         sys::funcall(me, sys::name!(c"name="), &[start.name])?;
     }
-    sys::funcall(
-        me,
-        sys::name!(c"report_on_exception="),
-        &[t(start.report_on_exception)],
-    )?;
-    sys::funcall(
-        me,
-        sys::name!(c"abort_on_exception="),
-        &[t(start.abort_on_exception)],
-    )?;
+    sys::funcalls([
+        (
+            me,
+            sys::name!(c"report_on_exception="),
+            &[t(start.report_on_exception)],
+        ),
+        (
+            me,
+            sys::name!(c"abort_on_exception="),
+            &[t(start.abort_on_exception)],
+        ),
+    ])?;
     Ok(())
 }
 
 /// The worker's exception flags when the block ended.
 fn thread_flags(me: VALUE) -> Result<(bool, bool), Error> {
-    let get = |name| sys::funcall(me, name, &[]).map(|v| sys::value(v).to_bool());
-    Ok((
-        get(sys::name!(c"report_on_exception"))?,
-        get(sys::name!(c"abort_on_exception"))?,
-    ))
+    let [report, abort] = sys::funcalls([
+        (me, sys::name!(c"report_on_exception"), &[]),
+        (me, sys::name!(c"abort_on_exception"), &[]),
+    ])?;
+    Ok((sys::value(report).to_bool(), sys::value(abort).to_bool()))
 }
 
 /// Leaves nothing of the block on the worker: fiber-locals, thread
@@ -987,7 +998,12 @@ fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
         // fiber-local on it. Retire the worker (any error here does).
         return Err(errors::thread_error("a block froze its thread"));
     }
-    let keys = sys::funcall(me, sys::name!(c"keys"), &[])?;
+    // Read together (one protect): the resets below run no code of the
+    // block's (a block that gave its thread methods retires it, last).
+    let [keys, name] = sys::funcalls([
+        (me, sys::name!(c"keys"), &[]),
+        (me, sys::name!(c"name"), &[]),
+    ])?;
     if let Some(keys) = magnus::RArray::from_value(sys::value(keys)) {
         for k in keys.into_iter() {
             sys::funcall(me, sys::name!(c"[]="), &[sys::raw(k), QNIL])?;
@@ -1000,7 +1016,7 @@ fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
         // a fresh thread has none, so the next block must not see them.
         sys::remove_ivars(me)?;
     }
-    if sys::funcall(me, sys::name!(c"name"), &[])? != QNIL {
+    if name != QNIL {
         // Ruby gave the native thread the block's name, and clears it here.
         sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
         sys::name_native_thread(WORKER_NATIVE_NAME);
