@@ -217,6 +217,60 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[false, true]\n1\n", out
   end
 
+  # --- priority and ThreadGroup -----------------------------------------------
+
+  # Nothing of a block's priority or group reaches the next block on its
+  # worker: checked on every live worker, that one included (consecutive
+  # spawn + value usually land on the same worker, LIFO, but not always:
+  # on 3.3.8 the next block once went to another worker).
+  def test_priority_and_group_do_not_reach_the_next_block
+    h = ThreadGroup.new
+    set_by_block = -> { RapidThread.spawn { Thread.current.priority = -1; h.add(Thread.current); Thread.current }.value }
+    [set_by_block].each do |first_block|
+      first = first_block.call
+      results = on_every_worker(first) { [Thread.current.priority, Thread.current.group] }
+      assert(results.any? { |thread, *| thread.equal?(first) }, "no block ran on that worker again")
+      results.each { |_, *state| assert_equal [0, ThreadGroup::Default], state }
+      assert_equal [0, ThreadGroup::Default], [first.priority, first.group]
+      assert_empty h.list
+    end
+  end
+
+  # A block that leaves its worker in a group it cannot leave (it enclosed
+  # it) retires that worker: the thread ends there, as a Thread.new thread
+  # would, and the next block runs on another, in ThreadGroup::Default.
+  # Joining an enclosed group raises as for a Thread.new thread.
+  def test_a_worker_stuck_in_an_enclosed_group_retires
+    h = ThreadGroup.new
+    closed = ThreadGroup.new.tap(&:enclose)
+    join_closed = -> { closed.add(Thread.current) rescue [$!.class, $!.message] } # rubocop:disable Style/RescueModifier
+    assert_equal Thread.new(&join_closed).value, RapidThread.spawn(&join_closed).value
+    first = RapidThread.spawn { h.add(Thread.current); h.enclose; Thread.current }.value
+    second, group = RapidThread.spawn { [Thread.current, Thread.current.group] }.value
+    refute_same first, second
+    assert_same ThreadGroup::Default, group
+    wait_until { !first.alive? }
+    assert_empty h.list
+  end
+
+  # The cache's threads (the monitor, and the workers it makes) are made by
+  # whichever thread spawned first, and were born with its priority and
+  # group: every later block ran with them, and the group kept listing the
+  # cache's threads.
+  def test_the_first_spawners_priority_and_group_stay_out_of_the_cache
+    out = child_output(<<~'RUBY')
+      g = ThreadGroup.new
+      g.add(Thread.current)
+      Thread.current.priority = 3
+      RapidThread.spawn {}.join # the cache's first threads, made from here
+      ThreadGroup::Default.add(Thread.current)
+      Thread.current.priority = 0
+      p Array.new(3) { RapidThread.spawn { [Thread.current.priority, Thread.current.group.equal?(ThreadGroup::Default)] }.value }.uniq
+      p g.list
+    RUBY
+    assert_equal "[[0, true]]\n[]\n", out
+  end
+
   # --- exceptions ------------------------------------------------------------
 
   def test_report_is_byte_for_byte_thread_news

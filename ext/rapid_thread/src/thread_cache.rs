@@ -62,6 +62,8 @@ pub struct Pool {
     starting_threads: Vec<VALUE>,
     /// Worker threads alive.
     live: usize,
+    /// Where workers rest: `ThreadGroup::Default` (set at load time).
+    home: VALUE,
     monitor: VALUE,
     /// The monitor's body has run (see `arm_monitor`).
     monitor_started: bool,
@@ -91,6 +93,7 @@ impl Pool {
             starting: 0,
             starting_threads: Vec::new(),
             live: 0,
+            home: QNIL,
             monitor: QNIL,
             monitor_started: false,
             monitor_sleeping: false,
@@ -126,6 +129,7 @@ impl Pool {
         *self = Pool {
             idle_timeout: self.idle_timeout,
             max_idle: self.max_idle,
+            home: self.home,
             fork_gen: gen,
             ..Pool::new()
         };
@@ -176,6 +180,7 @@ impl Pool {
             .chain(self.busy.iter_mut())
             .chain(self.starting_threads.iter_mut())
             .chain(std::iter::once(&mut self.monitor))
+            .chain(std::iter::once(&mut self.home))
     }
 }
 
@@ -190,8 +195,8 @@ fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
 }
 
 /// Marks the cache's Ruby values (pending tasks, busy threads, the
-/// monitor). One instance is created at load time and registered with
-/// `rb_gc_register_mark_object`; it is not write-barrier protected, so the
+/// monitor, the home ThreadGroup). One instance is created at load time
+/// and registered with `rb_gc_register_mark_object`; it is not write-barrier protected, so the
 /// GC re-marks it on every minor GC and stores into the pool need no
 /// barrier.
 #[derive(Default, TypedData)]
@@ -256,6 +261,40 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         return Err(e);
     }
     Ok(task.as_value())
+}
+
+/// Whether ThreadGroup#add lets threads into and out of `group`: it is
+/// neither frozen nor enclosed.
+fn movable(group: VALUE) -> Result<bool, Error> {
+    if sys::value(group).is_frozen() {
+        return Ok(false);
+    }
+    let enclosed = sys::funcall(group, sys::name!(c"enclosed?"), &[])?;
+    Ok(!sys::value(enclosed).to_bool())
+}
+
+/// Brings a thread of the pool back to rest: priority 0, in the home
+/// ThreadGroup. Fails (ThreadError) when its group or home is enclosed or
+/// frozen: the caller then retires the thread rather than keep it
+/// elsewhere.
+fn rest(me: VALUE) -> Result<(), Error> {
+    let [priority, group] = sys::funcalls([
+        (me, sys::name!(c"priority"), &[]),
+        (me, sys::name!(c"group"), &[]),
+    ])?;
+    rest_from(me, priority, group)
+}
+
+/// `rest`, given the thread's priority and group as just read.
+fn rest_from(me: VALUE, priority: VALUE, group: VALUE) -> Result<(), Error> {
+    if priority != sys::fixnum(0) {
+        sys::funcall(me, sys::name!(c"priority="), &[sys::fixnum(0)])?;
+    }
+    let home = with(|p| p.home);
+    if group != home {
+        sys::funcall(home, sys::name!(c"add"), &[me])?;
+    }
+    Ok(())
 }
 
 /// Gets the pending tasks going: wakes the newest idle worker unless the
@@ -444,6 +483,12 @@ fn try_arm_monitor() -> Result<Result<(), Error>, Error> {
         // code): look again.
     };
     if monitor == QNIL {
+        if !can_send_home(sys::current_thread())? {
+            // The monitor would be born in this thread's group and could
+            // not leave it (see `monitor_body`): leave it to a spawn, join
+            // or poll from a thread that can make one.
+            return Ok(Ok(()));
+        }
         let t = match sys::create_thread(monitor_body, true) {
             Ok(t) => t,
             Err(refused) => return Ok(Err(refused)),
@@ -463,6 +508,14 @@ fn try_arm_monitor() -> Result<Result<(), Error>, Error> {
         sys::wakeup_thread(monitor);
     }
     Ok(Ok(()))
+}
+
+/// Whether a thread that `me` creates (in `me`'s ThreadGroup) can move to
+/// the home group: `me` is there, or both groups let threads move.
+fn can_send_home(me: VALUE) -> Result<bool, Error> {
+    let group = sys::funcall(me, sys::name!(c"group"), &[])?;
+    let home = with(|p| p.home);
+    Ok(group == home || (movable(group)? && movable(home)?))
 }
 
 // ---------------------------------------------------------------------------
@@ -487,6 +540,13 @@ fn monitor_body() -> Option<i32> {
         }
     });
     let _exit = MonitorExit(me);
+    // Born with its creator's priority and ThreadGroup (any spawner's,
+    // joiner's or poller's): drop them, or every worker would inherit them.
+    // One that cannot leave its group (enclosed since) ends; the next
+    // spawn, join or poll makes another.
+    if let Err(e) = rest(me) {
+        return jump_tag(&e);
+    }
     let mut seen = with(|p| p.started);
     let mut since = Instant::now();
     let mut batch = 1usize;
@@ -990,8 +1050,8 @@ fn thread_flags(me: VALUE) -> Result<(bool, bool), Error> {
 }
 
 /// Leaves nothing of the block on the worker: fiber-locals, thread
-/// variables and its name go, so the next block starts fresh and an idle
-/// worker keeps no user object alive.
+/// variables, its name, priority and ThreadGroup go, so the next block
+/// starts fresh and an idle worker keeps no user object alive.
 fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
     if sys::value(me).is_frozen() {
         // A block froze Thread.current: the next block could not set a
@@ -1000,9 +1060,11 @@ fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
     }
     // Read together (one protect): the resets below run no code of the
     // block's (a block that gave its thread methods retires it, last).
-    let [keys, name] = sys::funcalls([
+    let [keys, name, priority, group] = sys::funcalls([
         (me, sys::name!(c"keys"), &[]),
         (me, sys::name!(c"name"), &[]),
+        (me, sys::name!(c"priority"), &[]),
+        (me, sys::name!(c"group"), &[]),
     ])?;
     if let Some(keys) = magnus::RArray::from_value(sys::value(keys)) {
         for k in keys.into_iter() {
@@ -1021,6 +1083,10 @@ fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
         sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
         sys::name_native_thread(WORKER_NATIVE_NAME);
     }
+    // Priority and ThreadGroup: what the block set. A worker stuck in a
+    // group (the block enclosed it, or joined an enclosed one) retires:
+    // it ends there, as its thread would have.
+    rest_from(me, priority, group)?;
     if sys::class_word(me) != class_word {
         // Singleton methods or modules a block gave Thread.current cannot
         // be taken back: retire the worker rather than pass them on. Last,
@@ -1141,6 +1207,11 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     let roots = ruby.obj_wrap(Roots);
     module.funcall::<_, _, Value>("private_constant", (ruby.to_symbol("ThreadCacheRoots"),))?;
     sys::register_mark_object(sys::raw(roots.as_value()));
+    let home: Value = ruby
+        .class_object()
+        .const_get::<_, RClass>("ThreadGroup")?
+        .const_get("Default")?;
+    with(|p| p.home = sys::raw(home));
     crate::task::on_pending(crate::task::PendingHooks {
         join: ensure_progress,
         poll: ensure_progress_if_orphaned,

@@ -72,6 +72,13 @@ pub fn special_const(v: VALUE) -> bool {
 
 pub const QNIL: VALUE = rb_sys::special_consts::Qnil as VALUE;
 
+/// `INT2FIX(i)`: an Integer that is a special constant (no allocation,
+/// nothing to mark), for a small `i`.
+#[inline(always)]
+pub const fn fixnum(i: i32) -> VALUE {
+    ((i as i64 as VALUE) << 1) | rb_sys::special_consts::FIXNUM_FLAG as VALUE
+}
+
 /// Returns the Rust struct wrapped by `v` when `v` is an RTypedData object of
 /// type `T`, without magnus' `rb_protect`-wrapped `rb_check_typeddata`.
 ///
