@@ -219,19 +219,65 @@ class ThreadCacheTest < RapidThreadTest
 
   # --- priority and ThreadGroup -----------------------------------------------
 
-  # Nothing of a block's priority or group reaches the next block on its
-  # worker: checked on every live worker, that one included (consecutive
-  # spawn + value usually land on the same worker, LIFO, but not always:
-  # on 3.3.8 the next block once went to another worker).
+  # Runs the block with the current thread in `group` at `priority`, and
+  # puts it back (ThreadGroup::Default, its priority) after.
+  def placed(group, priority)
+    saved = Thread.current.priority
+    Thread.current.priority = priority
+    group.add(Thread.current)
+    yield
+  ensure
+    ThreadGroup::Default.add(Thread.current)
+    Thread.current.priority = saved
+  end
+
+  # What a block sees of its thread's placement.
+  PLACEMENT = lambda do |group|
+    [Thread.current.priority, Thread.current.group.equal?(group),
+     group.list.include?(Thread.current), ThreadGroup::Default.list.include?(Thread.current)]
+  end
+
+  # Thread.new gives its thread the creator's priority and ThreadGroup; a
+  # spawned block gets its spawner's as they were at `spawn`, and its worker
+  # is listed in that group while the block runs (the cache ran it with
+  # the worker's own: priority 0, in the group of whoever made the cache's
+  # first thread).
+  def test_a_block_runs_with_its_spawners_priority_and_group
+    g = ThreadGroup.new
+    latch = Thread::Queue.new
+    stock, ours, waiting = placed(g, -2) do
+      [Thread.new { PLACEMENT[g] }.value, RapidThread.spawn { PLACEMENT[g] }.value,
+       task { latch.pop; PLACEMENT[g] }]
+    end
+    assert_equal [-2, true, true, false], stock
+    assert_equal stock, ours
+    # Placed as at `spawn`, although the spawner has left the group since.
+    wait_until { waiting.status == "sleep" }
+    assert_includes g.list, waiting.thread
+    refute_includes ThreadGroup::Default.list, waiting.thread
+    latch << 1
+    assert_equal stock, waiting.value
+    assert_empty g.list
+  end
+
+  # Nothing of a block's placement reaches the next block on its worker:
+  # neither the spawner's (a non-default priority and group) nor what a
+  # block set itself (from the defaults). Checked on every live worker,
+  # that one included (consecutive spawn + value usually land on the same
+  # worker, LIFO, but not always: on 3.3.8 the next block once went to
+  # another worker).
   def test_priority_and_group_do_not_reach_the_next_block
+    g = ThreadGroup.new
     h = ThreadGroup.new
+    set_by_spawner = -> { placed(g, 3) { RapidThread.spawn { Thread.current }.value } }
     set_by_block = -> { RapidThread.spawn { Thread.current.priority = -1; h.add(Thread.current); Thread.current }.value }
-    [set_by_block].each do |first_block|
+    [set_by_spawner, set_by_block].each do |first_block|
       first = first_block.call
       results = on_every_worker(first) { [Thread.current.priority, Thread.current.group] }
       assert(results.any? { |thread, *| thread.equal?(first) }, "no block ran on that worker again")
       results.each { |_, *state| assert_equal [0, ThreadGroup::Default], state }
       assert_equal [0, ThreadGroup::Default], [first.priority, first.group]
+      assert_empty g.list
       assert_empty h.list
     end
   end
@@ -269,6 +315,98 @@ class ThreadCacheTest < RapidThreadTest
       p g.list
     RUBY
     assert_equal "[[0, true]]\n[]\n", out
+  end
+
+  # A spawner in an enclosed group: ThreadGroup#add cannot move a worker in
+  # or out, but Thread.new still puts its thread there. The block runs on a
+  # thread of its own, which Ruby places as a Thread.new thread (group,
+  # priority); compared with what Thread.new does in the running Ruby.
+  def test_a_block_spawned_in_an_enclosed_group_is_placed_as_by_thread_new
+    out = child_output(<<~'RUBY')
+      PROBE = lambda do |g|
+        [Thread.current.priority, Thread.current.group.equal?(g), g.list.include?(Thread.current),
+         ThreadGroup::Default.list.include?(Thread.current),
+         (ThreadGroup::Default.add(Thread.current) rescue $!.message)]
+      end
+      RapidThread.spawn {}.join # the cache has a worker and its monitor
+      g = ThreadGroup.new
+      g.add(Thread.current)
+      Thread.current.priority = -1
+      g.enclose
+      p Thread.new { PROBE[g] }.value
+      p RapidThread.spawn { PROBE[g] }.value
+      # While it runs it is listed there; Task#kill, #raise and errors work.
+      q = Thread::Queue.new
+      t = RapidThread.spawn { q.pop }
+      Thread.pass until t.status == "sleep"
+      p [g.list.include?(t.thread), t.kill.join(10).equal?(t), t.value]
+      t = RapidThread.spawn { q.pop }
+      t.report_on_exception = false
+      t.raise(ArgumentError, "pending")
+      p(begin; t.value; rescue => e; e.message; end)
+      p(begin; RapidThread.spawn { Thread.current.report_on_exception = false; raise "in block" }.value; rescue => e; e.message; end)
+      p RapidThread.spawn(1, k: 2) { |a, k:| a + k }.value
+    RUBY
+    stock, ours, *rest = out.lines
+    assert_equal "[-1, true, true, false, \"can't move from the enclosed thread group\"]\n", stock
+    assert_equal stock, ours
+    assert_equal ["[true, true, nil]\n", "\"pending\"\n", "\"in block\"\n", "3\n"], rest
+  end
+
+  # A group enclosed after the spawn but before the block started: a
+  # Thread.new thread would be in it already; a worker can no longer get
+  # in. The block does not run outside the group closed around it: its
+  # ThreadError (ThreadGroup#add's) is raised in place of the block.
+  def test_a_group_enclosed_before_the_block_starts_fails_the_block
+    out = child_output(<<~'RUBY')
+      RapidThread.spawn {}.join # an idle worker is woken for the next block
+      g = ThreadGroup.new
+      g.add(Thread.current)
+      t = RapidThread.spawn { :ran }
+      t.report_on_exception = false
+      g.enclose # before this thread gives up the GVL: the block has not started
+      p(begin; t.value; rescue ThreadError => e; e.message; end)
+      p [g.list.size, RapidThread.cache_stats[:created]]
+    RUBY
+    assert_equal "\"can't move to the enclosed thread group\"\n[1, 1]\n", out
+  end
+
+  # A frozen group: Thread.new refuses to start a thread there
+  # (ThreadError), and so does spawn.
+  def test_a_spawn_in_a_frozen_group_raises_as_thread_new
+    out = child_output(<<~'RUBY')
+      RapidThread.spawn {}.join # an idle worker could take the block
+      g = ThreadGroup.new
+      g.add(Thread.current)
+      g.freeze
+      def error_of = (yield; :no_error) rescue [$!.class, $!.message]
+      p(error_of { Thread.new {} })
+      p(error_of { RapidThread.spawn {} })
+      p RapidThread.cache_stats[:pending]
+    RUBY
+    stock, ours, pending = out.lines
+    assert_equal "[ThreadError, \"can't start a new thread (frozen ThreadGroup)\"]\n", stock
+    assert_equal stock, ours
+    assert_equal "0\n", pending
+  end
+
+  # That thread of its own killed before its body runs (in a :thread_begin
+  # hook): as for a Thread.new thread, a join returns and the value is nil.
+  def test_a_block_whose_own_thread_is_killed_before_it_runs_is_killed
+    out = child_output(<<~'RUBY')
+      g = ThreadGroup.new
+      g.add(Thread.current)
+      g.enclose
+      tp = TracePoint.new(:thread_begin) { Thread.current.kill }
+      tp.enable
+      stock = Thread.new { :ran }
+      ours = RapidThread.spawn { :ran }
+      p [stock.join(10).equal?(stock), stock.value, stock.status]
+      p [ours.join(10).equal?(ours), ours.value, ours.status]
+    RUBY
+    stock, ours = out.lines
+    assert_equal "[true, nil, false]\n", stock
+    assert_equal stock, ours
   end
 
   # --- exceptions ------------------------------------------------------------
@@ -1027,5 +1165,48 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal Array.new(200) { |i| "arg-#{i}" * 2 + "-done" }, tasks.map(&:value)
     GC.start
     assert_equal "arg-0arg-0-done", tasks.first.value
+  end
+
+  # The spawner's ThreadGroup, held by a task until its block starts: the
+  # spawner has left it, so the task alone keeps it, and compaction may move
+  # it. Its value: whether every block saw its group.
+  PENDING_GROUPS_PROGRAM = <<~'RUBY'
+    gate = Thread::Queue.new
+    hold = RapidThread.spawn { gate.pop }
+    Thread.pass until hold.status == "sleep"
+    # (A block that closed over its group would keep it alive itself.)
+    label = -> { Thread.current.group.instance_variable_get(:@label) }
+    from_a_new_group = lambda do |name|
+      g = ThreadGroup.new
+      g.instance_variable_set(:@label, name)
+      g.add(Thread.current)
+      RapidThread.spawn(&label)
+    ensure
+      ThreadGroup::Default.add(Thread.current)
+    end
+    # All spawned, and the GC run, without giving up the GVL: the blocks
+    # are still pending then.
+    tasks = Thread.new do
+      ts = Array.new(n) { |i| from_a_new_group.call("group-#{i}") }
+      GC.start(full_mark: true, immediate_sweep: true)
+      if compact && GC.respond_to?(:verify_compaction_references)
+        GC.verify_compaction_references(**(RUBY_VERSION >= "3.2" ? { expand_heap: true } : { double_heap: true }), toward: :empty)
+      end
+      ts
+    end.value
+    gate << 1
+    tasks.map(&:value) == Array.new(n) { |i| "group-#{i}" }
+  RUBY
+
+  # Ruby 3.1.2's GC.compact can crash on a heap where threads sleep inside
+  # C methods (gc_test.rb, test_compaction_between_operations): there the
+  # compaction runs in a fresh child process, and this process only marks.
+  def test_pending_blocks_groups_survive_gc_and_compaction
+    n = GC_STRESS ? 10 : 50
+    compact = RUBY_VERSION >= "3.3"
+    assert eval(PENDING_GROUPS_PROGRAM, binding, __FILE__, __LINE__), "a block saw another group" # rubocop:disable Security/Eval
+    return if compact
+
+    assert_equal "true\n", child_output("n = 50; compact = true\np(begin\n#{PENDING_GROUPS_PROGRAM}end)\n")
   end
 end

@@ -84,6 +84,9 @@ pub struct State {
     abort_on_exception: bool,
     /// An exception sent with Task#raise before the block started.
     pending_raise: VALUE,
+    /// The spawner's priority and ThreadGroup, when they are not a
+    /// worker's own (see [`Placement`]); dropped once the block started.
+    placement: Placement,
     joiners: WaitList,
     fork_gen: u64,
 }
@@ -115,17 +118,18 @@ impl State {
     /// GC counts as "shady": 1000 sleeping blocks (vm_thread_close) then
     /// cost a major GC that 1000 Thread.new threads do not. `compact` still
     /// updates it.
-    fn marked_values(&self) -> [VALUE; 5] {
+    fn marked_values(&self) -> [VALUE; 6] {
         [
             self.block,
             self.args,
             self.result,
             self.name,
             self.pending_raise,
+            self.placement.group,
         ]
     }
 
-    fn values_mut(&mut self) -> [&mut VALUE; 6] {
+    fn values_mut(&mut self) -> [&mut VALUE; 7] {
         [
             &mut self.block,
             &mut self.args,
@@ -133,6 +137,7 @@ impl State {
             &mut self.thread,
             &mut self.name,
             &mut self.pending_raise,
+            &mut self.placement.group,
         ]
     }
 }
@@ -179,6 +184,25 @@ impl DataTypeFunctions for Task {
     }
 }
 
+/// Where a block runs, as far as it differs from a worker at rest
+/// (priority 0, the pool's home ThreadGroup): what Thread.new would have
+/// given its thread, the spawner's priority and ThreadGroup at `spawn`.
+#[derive(Clone, Copy)]
+pub struct Placement {
+    /// Thread#priority (-3..3); 0 is a worker's own.
+    pub priority: i32,
+    /// The ThreadGroup, or nil for the worker's own (the home group).
+    pub group: VALUE,
+}
+
+impl Placement {
+    /// A worker at rest: nothing to set before the block.
+    pub const HOME: Placement = Placement {
+        priority: 0,
+        group: QNIL,
+    };
+}
+
 /// What the worker needs to start a task.
 pub struct Start {
     pub block: VALUE,
@@ -188,10 +212,19 @@ pub struct Start {
     pub name: VALUE,
     pub report_on_exception: bool,
     pub abort_on_exception: bool,
+    pub placement: Placement,
 }
 
 impl Task {
-    pub fn new(block: VALUE, args: VALUE, kw_splat: bool, report_on_exception: bool) -> Task {
+    /// A pending task. Its values need no write barrier: the Task object
+    /// that will hold them does not exist yet (it is born young).
+    pub fn new(
+        block: VALUE,
+        args: VALUE,
+        kw_splat: bool,
+        report_on_exception: bool,
+        placement: Placement,
+    ) -> Task {
         Task {
             state: GvlCell::new(State {
                 phase: Phase::Pending,
@@ -204,6 +237,7 @@ impl Task {
                 report_on_exception,
                 abort_on_exception: false,
                 pending_raise: QNIL,
+                placement,
                 joiners: {
                     let mut l = WaitList::new();
                     l.set_last_wake(LAST_FINISH.with(|t| *t));
@@ -247,11 +281,13 @@ impl Task {
                 name: s.name,
                 report_on_exception: s.report_on_exception,
                 abort_on_exception: s.abort_on_exception,
+                placement: s.placement,
             };
             // The worker's stack keeps these alive while the block runs;
             // the task lets go of them so that a kept handle pins nothing.
             s.args = QNIL;
             s.pending_raise = QNIL;
+            s.placement = Placement::HOME;
             start
         })
     }
@@ -290,6 +326,19 @@ impl Task {
     /// The block's [file, line] (nil once the task is done).
     pub fn block(&self) -> VALUE {
         self.state.with(|s| s.block)
+    }
+
+    /// Ends a task that has not started as killed (it never will): lets go
+    /// of what it held and wakes its joiners.
+    pub fn kill_pending(&self) -> Result<(), Error> {
+        self.state.with(|s| {
+            s.phase = Phase::Killed;
+            s.block = QNIL;
+            s.args = QNIL;
+            s.pending_raise = QNIL;
+            s.placement = Placement::HOME;
+        });
+        wait::wake_all(&self.state, joiners)
     }
 
     fn running_thread(&self) -> Option<VALUE> {
@@ -442,15 +491,7 @@ fn status(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
 fn kill(rb_self: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
     match task.phase() {
-        Phase::Pending => {
-            task.state.with(|s| {
-                s.phase = Phase::Killed;
-                s.block = QNIL;
-                s.args = QNIL;
-                s.pending_raise = QNIL;
-            });
-            wait::wake_all(&task.state, joiners)?;
-        }
+        Phase::Pending => task.kill_pending()?,
         Phase::Running => {
             if let Some(t) = task.running_thread() {
                 sys::funcall(t, sys::name!(c"kill"), &[])?;

@@ -33,7 +33,7 @@ use rb_sys::VALUE;
 
 use crate::errors;
 use crate::sys::{self, GvlCell, WaitList, QNIL};
-use crate::task::{Phase, Task};
+use crate::task::{Phase, Placement, Task};
 use crate::wait::{self, End};
 
 /// The monitor thread's name.
@@ -62,6 +62,10 @@ pub struct Pool {
     starting_threads: Vec<VALUE>,
     /// Worker threads alive.
     live: usize,
+    /// Threads of their own (not workers) for blocks spawned from an
+    /// enclosed or frozen ThreadGroup, each with its task, until its body
+    /// takes it (see `spawn_on_own_thread`).
+    own_threads: Vec<(VALUE, VALUE)>,
     /// Where workers rest: `ThreadGroup::Default` (set at load time).
     home: VALUE,
     monitor: VALUE,
@@ -93,6 +97,7 @@ impl Pool {
             starting: 0,
             starting_threads: Vec::new(),
             live: 0,
+            own_threads: Vec::new(),
             home: QNIL,
             monitor: QNIL,
             monitor_started: false,
@@ -179,6 +184,7 @@ impl Pool {
             .iter_mut()
             .chain(self.busy.iter_mut())
             .chain(self.starting_threads.iter_mut())
+            .chain(self.own_threads.iter_mut().flat_map(|(t, k)| [t, k]))
             .chain(std::iter::once(&mut self.monitor))
             .chain(std::iter::once(&mut self.home))
     }
@@ -195,8 +201,9 @@ fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
 }
 
 /// Marks the cache's Ruby values (pending tasks, busy threads, the
-/// monitor, the home ThreadGroup). One instance is created at load time
-/// and registered with `rb_gc_register_mark_object`; it is not write-barrier protected, so the
+/// monitor, own threads and their tasks, the home ThreadGroup). One
+/// instance is created at load time and registered with
+/// `rb_gc_register_mark_object`; it is not write-barrier protected, so the
 /// GC re-marks it on every minor GC and stores into the pool need no
 /// barrier.
 #[derive(Default, TypedData)]
@@ -227,25 +234,42 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         return Err(errors::thread_error("must be called with a block"));
     };
     let kw_splat = sys::keyword_given();
+    let me = sys::current_thread();
+    let [report, priority, group] = sys::funcalls([
+        (
+            sys::raw(ruby.class_thread().as_value()),
+            sys::name!(c"report_on_exception"),
+            &[],
+        ),
+        (me, sys::name!(c"priority"), &[]),
+        (me, sys::name!(c"group"), &[]),
+    ])?;
+    let report = sys::value(report).to_bool();
+    let place = spawner_placement(priority, group)?;
     let args = ruby.ary_new_from_values(args);
-    let report = sys::value(sys::funcall(
-        sys::raw(ruby.class_thread().as_value()),
-        sys::name!(c"report_on_exception"),
-        &[],
-    )?)
-    .to_bool();
+    let placement = match place {
+        Where::Pool(placement) => placement,
+        Where::OwnThread => Placement::HOME,
+    };
     let task = ruby.obj_wrap(Task::new(
         block,
         sys::raw(args.as_value()),
         kw_splat,
         report,
+        placement,
     ));
     // Until the Task object exists (its allocation may run the GC), the
     // Proc and the Array were reachable only from the Rust value being
-    // boxed: keep them on this stack frame up to here.
+    // boxed: keep them on this stack frame up to here. (The group is the
+    // spawner's too, but the spawner could be moved out of it meanwhile.)
     sys::gc_guard(block);
     sys::gc_guard(sys::raw(args.as_value()));
+    sys::gc_guard(placement.group);
     let obj = sys::raw(task.as_value());
+    if let Where::OwnThread = place {
+        spawn_on_own_thread(obj)?;
+        return Ok(task.as_value());
+    }
     with(|p| {
         p.spawned += 1;
         p.pending.push_back(obj);
@@ -261,6 +285,44 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         return Err(e);
     }
     Ok(task.as_value())
+}
+
+/// Where a spawned block runs: on a worker of the pool, which takes on the
+/// placement for the block, or on a thread of its own.
+enum Where {
+    Pool(Placement),
+    OwnThread,
+}
+
+/// Thread.new gives its thread the creator's priority and ThreadGroup. A
+/// worker takes them on for the block (`prepare_thread`) and drops them
+/// after it (`rest`); the common case, priority 0 in the home group, costs
+/// two reads here and nothing on the worker's way in. A worker can only
+/// move into the spawner's group and back out if neither that group nor
+/// home is enclosed or frozen (`ThreadGroup#add` refuses, and nothing
+/// public moves a thread otherwise); a block spawned from such a group
+/// runs on a thread of its own, made by the spawner, which Ruby places as
+/// it places a Thread.new thread (`spawn_on_own_thread`); so does one from
+/// a frozen home group, where Thread.new raises. `priority` and `group`:
+/// the spawner's.
+fn spawner_placement(priority: VALUE, group: VALUE) -> Result<Where, Error> {
+    let priority = if priority == sys::fixnum(0) {
+        0
+    } else {
+        // -3..3 (Thread#priority= clamps).
+        sys::num2long(priority)? as i32
+    };
+    let home = with(|p| p.home);
+    if group == home && !sys::value(group).is_frozen() {
+        return Ok(Where::Pool(Placement {
+            priority,
+            group: QNIL,
+        }));
+    }
+    if !movable(group)? || !movable(home)? {
+        return Ok(Where::OwnThread);
+    }
+    Ok(Where::Pool(Placement { priority, group }))
 }
 
 /// Whether ThreadGroup#add lets threads into and out of `group`: it is
@@ -297,6 +359,61 @@ fn rest_from(me: VALUE, priority: VALUE, group: VALUE) -> Result<(), Error> {
     Ok(())
 }
 
+/// Runs the task `obj` on a new thread made here, by the spawner: Ruby
+/// gives it the spawner's ThreadGroup (enclosed or not), priority and
+/// `handle_interrupt` masks, as to a Thread.new thread, and raises
+/// Thread.new's ThreadError when it cannot (a frozen group, no threads
+/// left). The thread runs this one block as a worker would, then ends.
+fn spawn_on_own_thread(obj: VALUE) -> Result<(), Error> {
+    let t = sys::create_thread(own_thread_body, false)?;
+    // The thread cannot look for its task before this one gives up the GVL.
+    with(|p| {
+        p.spawned += 1;
+        p.own_threads.push((t, obj));
+    });
+    Ok(())
+}
+
+fn own_thread_body() -> Option<i32> {
+    let me = sys::current_thread();
+    sys::name_native_thread(WORKER_NATIVE_NAME);
+    let task = with(|p| {
+        let i = p.own_threads.iter().position(|&(t, _)| t == me)?;
+        Some(p.own_threads.swap_remove(i).1)
+    });
+    match task {
+        // Not when it was killed before it started.
+        Some(task) if Task::of(task).runnable() => match run(task, me, None) {
+            After::End(tag) => tag,
+            After::Continue => None,
+        },
+        _ => None,
+    }
+}
+
+/// Ends as killed the tasks of own threads that died before their body
+/// ran (killed in a `:thread_begin` hook, where a pending Thread#kill
+/// lands too): as the join of such a Thread.new thread, a join of the
+/// task returns. Called by joins and polls of pending tasks.
+fn forget_lost_own_threads() -> Result<(), Error> {
+    let mut i = 0;
+    while let Some((t, _)) = with(|p| p.own_threads.get(i).copied()) {
+        if sys::value(sys::funcall(t, sys::name!(c"alive?"), &[])?).to_bool() {
+            i += 1;
+            continue;
+        }
+        let lost = with(|p| {
+            // Still listed: its body never ran (that would have removed it).
+            let j = p.own_threads.iter().position(|&(o, _)| o == t)?;
+            Some(p.own_threads.swap_remove(j).1)
+        });
+        if let Some(task) = lost.filter(|&k| Task::of(k).runnable()) {
+            Task::of(task).kill_pending()?;
+        }
+    }
+    Ok(())
+}
+
 /// Gets the pending tasks going: wakes the newest idle worker unless the
 /// idle workers already woken cover them (`must_wake_idle`); otherwise arms
 /// the monitor (a safety net when woken workers cover the tasks) and has it
@@ -324,6 +441,9 @@ fn dispatch() -> Result<(), Error> {
 /// was killed, e.g. by a stray Thread#kill), so a spawn or join never
 /// leaves wanted workers waiting for a monitor.
 fn ensure_progress() -> Result<(), Error> {
+    if with(|p| !p.own_threads.is_empty()) {
+        forget_lost_own_threads()?;
+    }
     if !with(Pool::has_pending) {
         return Ok(());
     }
@@ -357,6 +477,9 @@ fn ensure_progress() -> Result<(), Error> {
 /// - a monitor that cannot be created (ThreadError) is not the poll's
 ///   answer: the task is still pending, and the next poll tries again.
 fn ensure_progress_if_orphaned() -> Result<(), Error> {
+    if with(|p| !p.own_threads.is_empty()) {
+        forget_lost_own_threads()?;
+    }
     if with(Pool::monitor_running) || !with(Pool::has_pending) {
         return Ok(());
     }
@@ -486,7 +609,8 @@ fn try_arm_monitor() -> Result<Result<(), Error>, Error> {
         if !can_send_home(sys::current_thread())? {
             // The monitor would be born in this thread's group and could
             // not leave it (see `monitor_body`): leave it to a spawn, join
-            // or poll from a thread that can make one.
+            // or poll from a thread that can make one. (Spawns from here
+            // run on threads of their own and need none.)
             return Ok(Ok(()));
         }
         let t = match sys::create_thread(monitor_body, true) {
@@ -779,7 +903,7 @@ fn worker_body() -> Option<i32> {
                 None => continue,
             },
         };
-        if let After::End(tag) = run(task, me, live.class_word) {
+        if let After::End(tag) = run(task, me, Some(live.class_word)) {
             return tag;
         }
         if sys::fork_generation() != live.fork_gen {
@@ -915,8 +1039,10 @@ fn leave_busy(me: VALUE) {
 }
 
 /// Runs one task on this worker, as Thread.new runs its block, and says
-/// whether the worker goes on.
-fn run(obj: VALUE, me: VALUE, class_word: VALUE) -> After {
+/// whether the worker goes on. `class_word`: the worker's (see
+/// `clean_thread`), or None for a thread of its own, which ends after
+/// the block as it is.
+fn run(obj: VALUE, me: VALUE, class_word: Option<VALUE>) -> After {
     let task = Task::of(obj);
     let start = task.start(me);
     let mut guard = Unfinished {
@@ -939,6 +1065,7 @@ fn run(obj: VALUE, me: VALUE, class_word: VALUE) -> After {
     });
     sys::gc_guard(start.block);
     sys::gc_guard(start.args);
+    sys::gc_guard(start.placement.group);
     if outcome.as_ref().is_err_and(errors::is_jump) {
         sys::clear_errinfo(); // see Aftermath::take
     }
@@ -970,7 +1097,12 @@ fn run(obj: VALUE, me: VALUE, class_word: VALUE) -> After {
             (None, None) => (Phase::Killed, QNIL, None),
         },
     };
-    aftermath.take(clean_thread(me, class_word));
+    match class_word {
+        Some(class_word) => {
+            aftermath.take(clean_thread(me, class_word));
+        }
+        None => aftermath.retire = true,
+    }
     leave_busy(me);
     guard.armed = false;
     aftermath.take(task.finish(obj, phase, result));
@@ -1037,6 +1169,17 @@ fn prepare_thread(me: VALUE, start: &crate::task::Start) -> Result<(), Error> {
             &[t(start.abort_on_exception)],
         ),
     ])?;
+    // The spawner's priority and ThreadGroup, as Thread.new gives them.
+    // Joining the group fails (ThreadError) if it or home was enclosed or
+    // frozen since the spawn: raised in place of the block, which must
+    // not run outside a group that was closed around it.
+    let place = start.placement;
+    if place.priority != 0 {
+        sys::funcall(me, sys::name!(c"priority="), &[sys::fixnum(place.priority)])?;
+    }
+    if place.group != QNIL {
+        sys::funcall(place.group, sys::name!(c"add"), &[me])?;
+    }
     Ok(())
 }
 
@@ -1083,9 +1226,9 @@ fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
         sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
         sys::name_native_thread(WORKER_NATIVE_NAME);
     }
-    // Priority and ThreadGroup: what the block set. A worker stuck in a
-    // group (the block enclosed it, or joined an enclosed one) retires:
-    // it ends there, as its thread would have.
+    // Priority and ThreadGroup: the spawner's, or what the block set. A
+    // worker stuck in a group (the block enclosed it, or joined an
+    // enclosed one) retires: it ends there, as its thread would have.
     rest_from(me, priority, group)?;
     if sys::class_word(me) != class_word {
         // Singleton methods or modules a block gave Thread.current cannot
