@@ -26,8 +26,8 @@ use magnus::{
 use rb_sys::VALUE;
 
 use crate::errors;
-use crate::spin;
 use crate::queue::block_and_timeout;
+use crate::spin;
 use crate::sys::{self, Event, ForkCell};
 use crate::wait;
 
