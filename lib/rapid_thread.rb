@@ -46,10 +46,12 @@ require_relative "rapid_thread/task"
 #   released the GVL, so that taking the GVL does not sleep. Default 50, or
 #   ENV["RAPID_THREAD_GVL_SPIN_US"].
 #
-# A wait spins only while its CPU is idle: a yield that comes back later
-# than 200 µs (another thread needed the CPU) ends the spin, and no wait
-# spins for the next 100 ms. RapidThread.spin_stats tells how often that
-# happened ({ late_yields:, quiet: }).
+# A wait spins only while its CPU is idle: a spin that noticed its wake-up
+# more than 100 µs late, or whose yield came back that late (another thread
+# needed the CPU), makes every wait sleep at once for a quiet period (1 ms,
+# doubling with each late spin up to 100 ms, halving with each prompt one).
+# RapidThread.spin_stats tells how often that happened
+# ({ late_spins:, quiet: }).
 module RapidThread
   self.spin_us = Integer(ENV["RAPID_THREAD_SPIN_US"]) if ENV["RAPID_THREAD_SPIN_US"]
   self.gvl_spin_us = Integer(ENV["RAPID_THREAD_GVL_SPIN_US"]) if ENV["RAPID_THREAD_GVL_SPIN_US"]

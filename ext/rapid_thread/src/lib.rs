@@ -18,9 +18,9 @@ use magnus::{function, prelude::*, Error, RHash, Ruby};
 
 /// `RapidThread.spin_stats`: what the spin policy (crate::spin) decided.
 fn spin_stats(ruby: &Ruby) -> Result<RHash, Error> {
-    let (late_yields, quiet) = spin::stats();
+    let (late_spins, quiet) = spin::stats();
     let h = ruby.hash_new();
-    h.aset(ruby.to_symbol("late_yields"), late_yields)?;
+    h.aset(ruby.to_symbol("late_spins"), late_spins)?;
     h.aset(ruby.to_symbol("quiet"), quiet)?;
     Ok(h)
 }

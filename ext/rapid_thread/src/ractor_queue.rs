@@ -223,6 +223,7 @@ impl Shared {
                 return Woke::Interrupted;
             }
             if !spin::yield_cpu() {
+                spin::record(None, true);
                 break;
             }
         }

@@ -6,18 +6,30 @@
 //! A spin is a bet that a CPU is idle and the wake-up near. The spinner
 //! yields its CPU between checks (`sched_yield`). On an idle CPU the yield
 //! returns at once. On a busy one it puts the spinner behind every other
-//! runnable thread of that CPU, each for its time slice, where a sleeping
-//! waiter, once woken, would be run first: the scheduler favours a thread
-//! that slept. A waiter spinning on a busy CPU therefore sees its wake-up
-//! late, and a thread that waits for it (puma's accept loop behind its
-//! pool's ConditionVariable) falls behind. So a yield that comes back later
-//! than [`YIELD_LIMIT`] ends the spin (the waiter sleeps), and no wait of
-//! the process spins for [`QUIET`]: the bet is off while the CPUs are busy.
-//! The first spin after that probes again.
+//! runnable thread of that CPU, where a sleeping waiter, once woken, would
+//! be run first: the scheduler favours a thread that slept. A waiter
+//! spinning on a busy CPU therefore notices its wake-up late, and whoever
+//! waits for it falls behind (puma's accept loop, waiting on its pool's
+//! ConditionVariable, accepted fewer connections, and reconnecting clients
+//! queued in the listen backlog).
+//!
+//! With one CPU to run on (pinned, or a one-CPU machine), a wait never
+//! spins: the waker cannot run beside it, every yield is that lottery, and
+//! in a real server it loses (Go's scheduler spins only while a CPU is
+//! idle; Linux's mutexes spin only while the owner runs on another CPU).
+//!
+//! With more, every spin is judged by what it saw: a wake-up it noticed more than
+//! [`LATE`] after it was sent, or a yield that came back later than that,
+//! means the CPU was busy (a sleeping waiter is woken in about 50 µs here,
+//! even across CPUs). Then no wait of the process spins for a while: 1 ms
+//! at first, doubling with each late spin up to [`MAX_QUIET`], halving back
+//! with each prompt one. The first spin after a quiet period probes again.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use crate::sys;
 
 /// How long (µs) a waiter yields for its wake-up (`RapidThread.spin_us`).
 static SPIN_US: AtomicU32 = AtomicU32::new(50);
@@ -25,14 +37,15 @@ static SPIN_US: AtomicU32 = AtomicU32::new(50);
 /// GVL (`RapidThread.gvl_spin_us`).
 static GVL_SPIN_US: AtomicU32 = AtomicU32::new(50);
 
-/// A yield that returns later than this found its CPU busy: another thread
-/// ran in between, for longer than a whole spin lasts. An idle CPU gives
-/// the CPU back within microseconds; a ping-pong partner pinned to the
-/// same CPU runs until it blocks again, a few microseconds more.
-pub const YIELD_LIMIT: Duration = Duration::from_micros(200);
+/// A wake-up noticed, or a yield returned, later than this: the spin lost
+/// its bet. An idle CPU gives the CPU back within microseconds, and a
+/// ping-pong partner pinned to the same CPU runs only until it blocks.
+pub const LATE: Duration = Duration::from_micros(100);
 
-/// No wait spins for this long after a yield came back late.
-pub const QUIET: Duration = Duration::from_millis(100);
+/// The quiet period after a late spin: from MIN_QUIET, doubled by each late
+/// spin up to MAX_QUIET, halved by each prompt one.
+pub const MIN_QUIET: Duration = Duration::from_millis(1);
+pub const MAX_QUIET: Duration = Duration::from_millis(100);
 
 /// A wait list counts as active when it woke someone within this window.
 /// Waiters on a dormant list (nobody woken lately: a fresh queue, idle
@@ -43,8 +56,10 @@ const ACTIVE_WINDOW: Duration = Duration::from_millis(10);
 
 /// When waits may spin again: microseconds since [`epoch`], 0 for now.
 static QUIET_UNTIL: AtomicU64 = AtomicU64::new(0);
-/// How many spins ended on a late yield (`RapidThread.spin_stats`).
-static LATE_YIELDS: AtomicU64 = AtomicU64::new(0);
+/// The next quiet period, in microseconds.
+static QUIET_US: AtomicU64 = AtomicU64::new(MIN_QUIET.as_micros() as u64);
+/// How many spins were late (`RapidThread.spin_stats`).
+static LATE_SPINS: AtomicU64 = AtomicU64::new(0);
 
 fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
@@ -80,6 +95,25 @@ pub struct Budget {
     pub gvl: Duration,
 }
 
+/// How often the CPU count is read again (`taskset -p` can change it).
+const CPUS_REFRESH: Duration = Duration::from_millis(100);
+/// (CPUs this thread may run on, when read: microseconds since [`epoch`]).
+static CPUS: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the process may run on a single CPU only (read again every
+/// CPUS_REFRESH; a thread's own affinity stands for the process's).
+fn one_cpu() -> bool {
+    let now = micros_since_epoch(Instant::now());
+    let cached = CPUS.load(Ordering::Relaxed);
+    let (cpus, read_at) = (cached >> 48, cached & ((1 << 48) - 1));
+    if cached != 0 && now.saturating_sub(read_at) < CPUS_REFRESH.as_micros() as u64 {
+        return cpus <= 1;
+    }
+    let cpus = (sys::cpus_allowed() as u64).min((1 << 16) - 1);
+    CPUS.store((cpus << 48) | (now & ((1 << 48) - 1)), Ordering::Relaxed);
+    cpus <= 1
+}
+
 /// Whether the process is in a quiet period (a yield came back late).
 fn quiet() -> bool {
     let until = QUIET_UNTIL.load(Ordering::Relaxed);
@@ -95,7 +129,7 @@ pub fn budget(
     alone: impl FnOnce() -> bool,
 ) -> Option<Budget> {
     let spin_us = spin_us();
-    if spin_us == 0 || quiet() {
+    if spin_us == 0 || quiet() || one_cpu() {
         return None;
     }
     if list_last_wake.is_none_or(|t| t.elapsed() >= ACTIVE_WINDOW) || alone() {
@@ -114,12 +148,12 @@ pub fn budget(
 /// How long Task#alive? may hand the GVL to a woken worker that spins for
 /// it (None: not now).
 pub fn handover_budget() -> Option<Duration> {
-    (!quiet()).then(|| Duration::from_micros(u64::from(gvl_spin_us())))
+    (!quiet() && !one_cpu()).then(|| Duration::from_micros(u64::from(gvl_spin_us())))
 }
 
 /// The spin of a RactorQueue wait (no GVL hand-off there) until `deadline`.
 pub fn ractor_budget(deadline: Option<Instant>) -> Duration {
-    if quiet() {
+    if quiet() || one_cpu() {
         return Duration::ZERO;
     }
     let spin = Duration::from_micros(u64::from(spin_us()));
@@ -130,22 +164,33 @@ pub fn ractor_budget(deadline: Option<Instant>) -> Duration {
 }
 
 /// Yields the CPU once, as a spinner does between checks. Returns false
-/// when the yield came back late (the CPU was busy): the spinner must stop,
-/// and waits stay quiet for [`QUIET`]. Safe to call without the GVL.
+/// when the yield came back late (the CPU was busy): the spinner stops, and
+/// reports it (see [`record`]). Safe to call without the GVL.
 pub fn yield_cpu() -> bool {
     let before = Instant::now();
     std::thread::yield_now();
-    let after = Instant::now();
-    if after - before <= YIELD_LIMIT {
-        return true;
-    }
-    QUIET_UNTIL.store(micros_since_epoch(after + QUIET).max(1), Ordering::Relaxed);
-    LATE_YIELDS.fetch_add(1, Ordering::Relaxed);
-    false
+    before.elapsed() <= LATE
 }
 
-/// (spins ended by a late yield, whether waits are quiet now), for tests
-/// and diagnostics.
+/// Judges a finished spin: late (`cpu_busy`, or a wake-up noticed more
+/// than [`LATE`] after it was sent) starts a quiet period and lengthens the
+/// next; prompt (a wake-up noticed in time) shortens it.
+pub fn record(noticed_after: Option<Duration>, cpu_busy: bool) {
+    let late = cpu_busy || noticed_after.is_some_and(|d| d > LATE);
+    let us = QUIET_US.load(Ordering::Relaxed);
+    let (min, max) = (MIN_QUIET.as_micros() as u64, MAX_QUIET.as_micros() as u64);
+    if late {
+        let until = micros_since_epoch(Instant::now()) + us;
+        QUIET_UNTIL.store(until.max(1), Ordering::Relaxed);
+        QUIET_US.store((us * 2).min(max), Ordering::Relaxed);
+        LATE_SPINS.fetch_add(1, Ordering::Relaxed);
+    } else if noticed_after.is_some() && us > min {
+        QUIET_US.store((us / 2).max(min), Ordering::Relaxed);
+    }
+}
+
+/// (late spins so far, whether waits are quiet now), for tests and
+/// diagnostics.
 pub fn stats() -> (u64, bool) {
-    (LATE_YIELDS.load(Ordering::Relaxed), quiet())
+    (LATE_SPINS.load(Ordering::Relaxed), quiet())
 }

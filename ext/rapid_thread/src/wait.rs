@@ -130,7 +130,8 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
         return sys::scheduler_block(w, remaining(deadline));
     }
     if let Some(b) = spin::budget(w.list_last_wake(), deadline, sys::thread_alone) {
-        sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);
+        let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);
+        spin::record(seen.noticed_after, seen.cpu_busy);
         // Interrupts that arrived while spinning are raised here.
         sys::check_ints()?;
         if w.signaled() {

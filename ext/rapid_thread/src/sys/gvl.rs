@@ -1,5 +1,6 @@
 //! Releasing the GVL: the spin phase of a wait, and handing the GVL over.
 
+use std::cell::Cell;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -27,15 +28,46 @@ pub fn thread_alone() -> bool {
     unsafe { rb_sys::rb_thread_alone() != 0 }
 }
 
+/// Nanoseconds since the first call (a process-wide monotonic clock that
+/// fits an atomic).
+pub fn monotonic_ns() -> u64 {
+    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// How many CPUs this thread may run on (its affinity mask; 1 when that
+/// cannot be read).
+pub fn cpus_allowed() -> usize {
+    // SAFETY: `set` is a plain bit mask on our stack, its size passed.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return 1;
+        }
+        libc::CPU_COUNT(&set).max(1) as usize
+    }
+}
+
 /// Yields the CPU once; false when the CPU turned out busy and spinning
 /// must stop (the spin policy's `yield_cpu`, crate::spin).
 pub type YieldCpu = fn() -> bool;
+
+/// What a spin saw, for the spin policy (crate::spin).
+pub struct SpinReport {
+    /// How long after its signal the spinner noticed it (None: it was
+    /// not signaled while it spun).
+    pub noticed_after: Option<Duration>,
+    /// A yield came back late: the CPU was busy.
+    pub cpu_busy: bool,
+}
 
 struct SpinArgs<'a> {
     w: &'a Waiter,
     spin: Duration,
     gvl: Duration,
     yield_cpu: YieldCpu,
+    noticed_after: Cell<Option<Duration>>,
+    cpu_busy: Cell<bool>,
 }
 
 fn spin_phase(a: &SpinArgs) {
@@ -45,9 +77,17 @@ fn spin_phase(a: &SpinArgs) {
     // Phase 1: wait for the signal, yielding the CPU between checks.
     loop {
         if w.signaled() {
+            let at = w.signaled_at.load(Ordering::Relaxed);
+            a.noticed_after.set(Some(Duration::from_nanos(
+                monotonic_ns().saturating_sub(at),
+            )));
             break;
         }
-        if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin || !(a.yield_cpu)() {
+        if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin {
+            return;
+        }
+        if !(a.yield_cpu)() {
+            a.cpu_busy.set(true);
             return;
         }
     }
@@ -58,8 +98,12 @@ fn spin_phase(a: &SpinArgs) {
     while GVL_RELEASES.load(Ordering::Acquire) == epoch
         && !w.interrupted.load(Ordering::Relaxed)
         && start.elapsed() < a.gvl
-        && (a.yield_cpu)()
-    {}
+    {
+        if !(a.yield_cpu)() {
+            a.cpu_busy.set(true);
+            return;
+        }
+    }
 }
 
 unsafe extern "C" fn spin_nogvl(arg: *mut c_void) -> *mut c_void {
@@ -80,13 +124,20 @@ unsafe extern "C" fn spin_ubf(arg: *mut c_void) {
 /// Spins for the signal with the GVL released (two-phase, see
 /// docs/design-details.md), yielding the CPU through `yield_cpu` between
 /// checks, and stops early when it says the CPU is busy. Returns with the
-/// GVL held; never raises.
-pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration, yield_cpu: YieldCpu) {
+/// GVL held, and what it saw; never raises.
+pub fn spin_without_gvl(
+    w: &Waiter,
+    spin: Duration,
+    gvl: Duration,
+    yield_cpu: YieldCpu,
+) -> SpinReport {
     let args = SpinArgs {
         w,
         spin,
         gvl,
         yield_cpu,
+        noticed_after: Cell::new(None),
+        cpu_busy: Cell::new(false),
     };
     // SAFETY: both pointers refer to locals that outlive the call; the
     // unblock function only stores an atomic flag. The `2` variant matters:
@@ -102,12 +153,17 @@ pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration, yield_cpu: Yi
             w as *const Waiter as *mut c_void,
         );
     }
+    SpinReport {
+        noticed_after: args.noticed_after.get(),
+        cpu_busy: args.cpu_busy.get(),
+    }
 }
 
 struct YieldArgs {
     budget: Duration,
     yield_cpu: YieldCpu,
     interrupted: AtomicBool,
+    cpu_busy: AtomicBool,
 }
 
 unsafe extern "C" fn yield_nogvl(arg: *mut c_void) -> *mut c_void {
@@ -119,8 +175,12 @@ unsafe extern "C" fn yield_nogvl(arg: *mut c_void) -> *mut c_void {
     while GVL_RELEASES.load(Ordering::Acquire) == epoch
         && !a.interrupted.load(Ordering::Relaxed)
         && start.elapsed() < a.budget
-        && (a.yield_cpu)()
-    {}
+    {
+        if !(a.yield_cpu)() {
+            a.cpu_busy.store(true, Ordering::Relaxed);
+            break;
+        }
+    }
     ptr::null_mut()
 }
 
@@ -135,13 +195,14 @@ unsafe extern "C" fn yield_ubf(arg: *mut c_void) {
 /// of the two-phase wait, which Thread.pass cannot see: it is not queued
 /// on the GVL), and takes it back once that thread has released it again
 /// through one of our waits, or after `budget`, or once `yield_cpu` says
-/// the CPU is busy. Never raises.
-pub fn yield_gvl(budget: Duration, yield_cpu: YieldCpu) {
+/// the CPU is busy (then it returns true). Never raises.
+pub fn yield_gvl(budget: Duration, yield_cpu: YieldCpu) -> bool {
     note_gvl_release();
     let args = YieldArgs {
         budget,
         yield_cpu,
         interrupted: AtomicBool::new(false),
+        cpu_busy: AtomicBool::new(false),
     };
     let p = &args as *const YieldArgs as *mut c_void;
     // SAFETY: `args` outlives the call; the unblock function only stores
@@ -149,4 +210,5 @@ pub fn yield_gvl(budget: Duration, yield_cpu: YieldCpu) {
     unsafe {
         rb_sys::rb_thread_call_without_gvl2(Some(yield_nogvl), p, Some(yield_ubf), p);
     }
+    args.cpu_busy.load(Ordering::Relaxed)
 }

@@ -30,6 +30,9 @@ pub struct Waiter {
     pub(super) interrupted: AtomicBool,
     /// `GVL_RELEASES` at wake time; the spinner waits for it to move.
     pub(super) wake_epoch: AtomicU64,
+    /// When it was signaled (`monotonic_ns`), if it may be spinning: the
+    /// spinner measures how late it noticed (the spin policy's evidence).
+    pub(super) signaled_at: AtomicU64,
     /// True once the waiter may be in a Ruby sleep and needs a real wake-up.
     sleeping: Cell<bool>,
     /// When the list last woke anyone, as seen when this waiter entered.
@@ -75,6 +78,7 @@ impl Waiter {
             signaled: AtomicBool::new(false),
             interrupted: AtomicBool::new(false),
             wake_epoch: AtomicU64::new(0),
+            signaled_at: AtomicU64::new(0),
             sleeping: Cell::new(false),
             list_last_wake: Cell::new(None),
             thread,
@@ -137,6 +141,9 @@ impl Waiter {
         let head = self.head();
         head.wake_epoch
             .store(GVL_RELEASES.load(Ordering::Acquire), Ordering::Relaxed);
+        if !head.sleeping.get() {
+            head.signaled_at.store(monotonic_ns(), Ordering::Relaxed);
+        }
         if !ptr::eq(head, self) {
             self.signaled.store(true, Ordering::Release);
         }
