@@ -100,7 +100,7 @@ BEYOND_STOCK = { "batch_drain" => ["gem vs plain", 5.0, ">="], "select_handoff" 
 # Benchmarks with a concurrent-ruby side under --peer.
 PEER = %w[spawn_storm vm_thread_create_join].freeze
 
-all = Dir[File.join(DIR, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl probe run]
+all = Dir[File.join(DIR, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl probe run apps]
 names = ARGV.empty? ? all.sort_by { |n| [n.start_with?("vm_thread_") ? 0 : 1, n] } : ARGV
 names.each { |n| abort "no benchmark #{n} (have: #{all.sort.join(', ')})" unless all.include?(n) }
 
