@@ -439,7 +439,10 @@ fn dispatch() -> Result<(), Error> {
 ///
 /// Also restarts the monitor when workers are wanted but it is gone (it
 /// was killed, e.g. by a stray Thread#kill), so a spawn or join never
-/// leaves wanted workers waiting for a monitor.
+/// leaves wanted workers waiting for a monitor. One exception (known, not
+/// fixed): a caller whose thread the monitor could not send home (an
+/// enclosed ThreadGroup) does not restart it, and a join from there waits
+/// until a thread of another group spawns, joins or polls.
 fn ensure_progress() -> Result<(), Error> {
     if with(|p| !p.own_threads.is_empty()) {
         forget_lost_own_threads()?;

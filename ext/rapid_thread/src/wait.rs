@@ -129,6 +129,11 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
     if w.has_scheduler() {
         return sys::scheduler_block(w, remaining(deadline));
     }
+    // Signaled already (the GVL was released between enlisting and here):
+    // nothing to wait for, and no spin to judge.
+    if w.signaled() {
+        return Ok(());
+    }
     if let Some(b) = spin::budget(w.list_last_wake(), deadline, sys::thread_alone) {
         let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);
         spin::record(seen.noticed_after, seen.cpu_busy);

@@ -35,21 +35,24 @@ pub fn monotonic_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-/// How many CPUs this thread may run on (its affinity mask; 1 when that
-/// cannot be read).
+/// How many CPUs this thread may run on (its affinity mask). When the mask
+/// cannot be read (a kernel with more CPUs than `cpu_set_t` holds), the
+/// online CPU count: the machine surely has more than one then.
 pub fn cpus_allowed() -> usize {
-    // SAFETY: `set` is a plain bit mask on our stack, its size passed.
+    // SAFETY: `set` is a plain bit mask on our stack, its size passed;
+    // sysconf is a plain query.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return 1;
+            return libc::sysconf(libc::_SC_NPROCESSORS_ONLN).max(1) as usize;
         }
         libc::CPU_COUNT(&set).max(1) as usize
     }
 }
 
 /// Yields the CPU once; false when the CPU turned out busy and spinning
-/// must stop (the spin policy's `yield_cpu`, crate::spin).
+/// must stop (the spin policy's `yield_cpu`, crate::spin). It runs without
+/// the GVL: it must not touch Ruby or any `GvlCell`.
 pub type YieldCpu = fn() -> bool;
 
 /// What a spin saw, for the spin policy (crate::spin).
