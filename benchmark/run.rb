@@ -119,13 +119,20 @@ def median(xs)
   s.size.odd? ? s[s.size / 2] : (s[s.size / 2 - 1] + s[s.size / 2]) / 2.0
 end
 
-# One busy-looping process per core (the saturated mode): started before a
-# run and killed after it, so every run of every side meets the same load.
+# One busy-looping process per core (the saturated mode), running for a
+# whole benchmark's rounds, every side's runs included: the machine is busy
+# in a steady state, as a server beside CPU-bound work is. Hogs started
+# afresh 0.2 s ahead of each run measured the scheduler's start-up as much
+# as the benchmark: vm_thread_sized_queue's A/A control was 2.20x there
+# (7 rounds, scale 1), against 0.82x-1.06x for the four hand-off rows with
+# settled hogs (9 rounds; docs/design-details.md, "Saturation").
+HOG_WARMUP = 1.0
+
 def with_hogs(mode)
   return yield unless mode == "saturated"
 
   hogs = Etc.nprocessors.times.map { Process.spawn(RbConfig.ruby, "-e", "loop {}") }
-  sleep 0.2 # let them reach their loops
+  sleep HOG_WARMUP
   yield
 ensure
   hogs&.each do |pid|
@@ -140,7 +147,7 @@ def run_one(script, impl, mode, scale, env_extra = {}, timeout: 600)
     env = { "RAPID_THREAD_BENCH_IMPL" => impl, "BENCH_SCALE" => scale.to_s, "RAPID_THREAD_BENCH_OUT" => out }.merge(env_extra)
     cmd = [RbConfig.ruby, "-r#{File.join(DIR, 'probe.rb')}", script]
     cmd = ["taskset", "-c", "0", *cmd] if mode == "pinned"
-    stdout, stderr, status = with_hogs(mode) { Open3.capture3(env, "timeout", timeout.to_s, *cmd) }
+    stdout, stderr, status = Open3.capture3(env, "timeout", timeout.to_s, *cmd)
     unless status.success? && File.exist?(out)
       return { failed: "#{status.exitstatus}: #{stderr.lines.grep(/Error|error/).first&.strip || stderr.lines.last&.strip}" }
     end
@@ -174,11 +181,13 @@ else
     sides = sides_for(name, opts)
     opts[:modes].each do |mode|
       runs = Hash.new { |h, k| h[k] = [] }
-      opts[:rounds].times do |r|
-        sides.each do |side, impl|
-          progress(started, name, mode, "round #{r + 1}/#{opts[:rounds]}", side)
-          env = side == "before" ? { "RAPID_THREAD_BENCH_LIB" => opts[:baseline] } : {}
-          runs[side] << run_one(File.join(DIR, "#{name}.rb"), impl, mode, opts[:scale], env)
+      with_hogs(mode) do
+        opts[:rounds].times do |r|
+          sides.each do |side, impl|
+            progress(started, name, mode, "round #{r + 1}/#{opts[:rounds]}", side)
+            env = side == "before" ? { "RAPID_THREAD_BENCH_LIB" => opts[:baseline] } : {}
+            runs[side] << run_one(File.join(DIR, "#{name}.rb"), impl, mode, opts[:scale], env)
+          end
         end
       end
       s = sides.keys.to_h { |k| [k, %i[wall cpu rss_kb].to_h { |m| [m, stats(runs[k], m)] }] }
