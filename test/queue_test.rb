@@ -410,6 +410,52 @@ class QueueTest < RapidThreadTest
     RapidThread.spin_us = saved
   end
 
+  # A thread sleeps on a mutex of its own, kept from wait to wait in a
+  # hidden instance variable: waits allocate no Thread::Mutex (each did,
+  # and the allocations, their frees and the minor GCs they brought cost
+  # a sleeping hand-off ~5%), and Ruby code sees no new variable.
+  def test_sleeping_waits_allocate_no_mutex_each
+    saved = RapidThread.spin_us
+    RapidThread.spin_us = 0 # every wait sleeps
+    a = Q.new
+    b = Q.new
+    echo = spawn_thread do
+      50.times { b << a.pop }
+      Thread.current.instance_variables
+    end
+    a << -1
+    assert_equal(-1, b.pop) # both threads have slept once
+    GC.disable
+    before = ObjectSpace.each_object(Thread::Mutex).count
+    49.times { |i| a << i; assert_equal i, b.pop }
+    made = ObjectSpace.each_object(Thread::Mutex).count - before
+    GC.enable
+    assert_operator made, :<=, 2, "mutexes made by 98 sleeping waits"
+    assert_equal [], echo.value
+    assert_equal [], Thread.current.instance_variables
+  ensure
+    GC.enable
+    RapidThread.spin_us = saved
+  end
+
+  # A frozen thread cannot keep a mutex: its waits take a fresh one each.
+  def test_a_frozen_thread_waits
+    saved = RapidThread.spin_us
+    RapidThread.spin_us = 0
+    q = Q.new
+    t = spawn_thread do
+      Thread.current.freeze
+      [q.pop, q.pop]
+    end
+    wait_until { t.status == "sleep" }
+    q << 1
+    wait_until { t.status == "sleep" }
+    q << 2
+    assert_equal [1, 2], t.value
+  ensure
+    RapidThread.spin_us = saved
+  end
+
   def test_spin_settings
     saved = [RapidThread.spin_us, RapidThread.gvl_spin_us]
     assert_equal 7, (RapidThread.spin_us = 7)

@@ -26,7 +26,6 @@
 //! with each prompt one. The first spin after a quiet period probes again.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::sys;
@@ -54,21 +53,12 @@ pub const MAX_QUIET: Duration = Duration::from_millis(100);
 /// GVL hand-off just to go to sleep (docs/design-details.md, "Many waiters").
 const ACTIVE_WINDOW: Duration = Duration::from_millis(10);
 
-/// When waits may spin again: microseconds since [`epoch`], 0 for now.
+/// When waits may spin again (`sys::monotonic_ns`), 0 for now.
 static QUIET_UNTIL: AtomicU64 = AtomicU64::new(0);
-/// The next quiet period, in microseconds.
-static QUIET_US: AtomicU64 = AtomicU64::new(MIN_QUIET.as_micros() as u64);
+/// The next quiet period, in nanoseconds.
+static QUIET_NS: AtomicU64 = AtomicU64::new(MIN_QUIET.as_nanos() as u64);
 /// How many spins were late (`RapidThread.spin_stats`).
 static LATE_SPINS: AtomicU64 = AtomicU64::new(0);
-
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-fn micros_since_epoch(t: Instant) -> u64 {
-    t.saturating_duration_since(epoch()).as_micros() as u64
-}
 
 pub fn spin_us() -> u32 {
     SPIN_US.load(Ordering::Relaxed)
@@ -97,27 +87,40 @@ pub struct Budget {
 
 /// How often the CPU count is read again (`taskset -p` can change it).
 const CPUS_REFRESH: Duration = Duration::from_millis(100);
-/// (CPUs this thread may run on, when read: microseconds since [`epoch`]).
+/// CPUs this thread may run on, 0 before the first read.
 static CPUS: AtomicU64 = AtomicU64::new(0);
+/// When CPUS was read (`sys::coarse_monotonic_ns`: every wait asks, and a
+/// precise clock read costs more than the rest of the question).
+static CPUS_READ_AT: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the process may run on a single CPU only (read again every
 /// CPUS_REFRESH; a thread's own affinity stands for the process's).
 fn one_cpu() -> bool {
-    let now = micros_since_epoch(Instant::now());
-    let cached = CPUS.load(Ordering::Relaxed);
-    let (cpus, read_at) = (cached >> 48, cached & ((1 << 48) - 1));
-    if cached != 0 && now.saturating_sub(read_at) < CPUS_REFRESH.as_micros() as u64 {
+    let now = sys::coarse_monotonic_ns();
+    let cpus = CPUS.load(Ordering::Relaxed);
+    if cpus != 0
+        && now.saturating_sub(CPUS_READ_AT.load(Ordering::Relaxed)) < CPUS_REFRESH.as_nanos() as u64
+    {
         return cpus <= 1;
     }
-    let cpus = (sys::cpus_allowed() as u64).min((1 << 16) - 1);
-    CPUS.store((cpus << 48) | (now & ((1 << 48) - 1)), Ordering::Relaxed);
+    let cpus = sys::cpus_allowed() as u64;
+    CPUS.store(cpus, Ordering::Relaxed);
+    CPUS_READ_AT.store(now, Ordering::Relaxed);
     cpus <= 1
+}
+
+/// `spin`, cut to what is left before `deadline`.
+fn until_deadline(spin: Duration, deadline: Option<Instant>) -> Duration {
+    match deadline {
+        Some(d) => spin.min(d.saturating_duration_since(Instant::now())),
+        None => spin,
+    }
 }
 
 /// Whether the process is in a quiet period (a yield came back late).
 fn quiet() -> bool {
     let until = QUIET_UNTIL.load(Ordering::Relaxed);
-    until != 0 && micros_since_epoch(Instant::now()) < until
+    until != 0 && sys::monotonic_ns() < until
 }
 
 /// The spin of a wait on a list that last woke someone at `list_last_wake`,
@@ -135,12 +138,8 @@ pub fn budget(
     if list_last_wake.is_none_or(|t| t.elapsed() >= ACTIVE_WINDOW) || alone() {
         return None;
     }
-    let mut signal = Duration::from_micros(u64::from(spin_us));
-    if let Some(d) = deadline {
-        signal = signal.min(d.saturating_duration_since(Instant::now()));
-    }
     Some(Budget {
-        signal,
+        signal: until_deadline(Duration::from_micros(u64::from(spin_us)), deadline),
         gvl: Duration::from_micros(u64::from(gvl_spin_us())),
     })
 }
@@ -156,11 +155,7 @@ pub fn ractor_budget(deadline: Option<Instant>) -> Duration {
     if quiet() || one_cpu() {
         return Duration::ZERO;
     }
-    let spin = Duration::from_micros(u64::from(spin_us()));
-    match deadline {
-        Some(d) => spin.min(d.saturating_duration_since(Instant::now())),
-        None => spin,
-    }
+    until_deadline(Duration::from_micros(u64::from(spin_us())), deadline)
 }
 
 /// Yields the CPU once, as a spinner does between checks. Returns false
@@ -177,15 +172,15 @@ pub fn yield_cpu() -> bool {
 /// next; prompt (a wake-up noticed in time) shortens it.
 pub fn record(noticed_after: Option<Duration>, cpu_busy: bool) {
     let late = cpu_busy || noticed_after.is_some_and(|d| d > LATE);
-    let us = QUIET_US.load(Ordering::Relaxed);
-    let (min, max) = (MIN_QUIET.as_micros() as u64, MAX_QUIET.as_micros() as u64);
+    let ns = QUIET_NS.load(Ordering::Relaxed);
+    let (min, max) = (MIN_QUIET.as_nanos() as u64, MAX_QUIET.as_nanos() as u64);
     if late {
-        let until = micros_since_epoch(Instant::now()) + us;
+        let until = sys::monotonic_ns() + ns;
         QUIET_UNTIL.store(until.max(1), Ordering::Relaxed);
-        QUIET_US.store((us * 2).min(max), Ordering::Relaxed);
+        QUIET_NS.store((ns * 2).min(max), Ordering::Relaxed);
         LATE_SPINS.fetch_add(1, Ordering::Relaxed);
-    } else if noticed_after.is_some() && us > min {
-        QUIET_US.store((us / 2).max(min), Ordering::Relaxed);
+    } else if noticed_after.is_some() && ns > min {
+        QUIET_NS.store((ns / 2).max(min), Ordering::Relaxed);
     }
 }
 

@@ -36,11 +36,19 @@ pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
     Sleeper::new()?.sleep(timeout)
 }
 
-/// What [`ruby_sleep`] sleeps on, made once per wait: a fresh private
-/// Thread::Mutex (nil in trap context). Made before the wait's last check
-/// of its condition, so that no allocation (and no GC) lies between that
-/// check and the sleep, where a signal handler's wake-up could be lost.
-/// It lives on the waiting thread's stack, where the GC sees the mutex.
+/// What [`ruby_sleep`] sleeps on: a private Thread::Mutex of the waiting
+/// thread, locked for the wait (nil in trap context). Taken before the
+/// wait's last check of its condition, so that no allocation (and no GC)
+/// lies between that check and the sleep, where a signal handler's
+/// wake-up could be lost.
+///
+/// Each thread keeps one such mutex in a hidden instance variable (a name
+/// without `@`: no Ruby code can see or reach it, and the thread marks and
+/// moves it), so that a wait allocates nothing: a fresh mutex per wait cost
+/// an allocation, its free, and the minor GCs they brought. A wait that
+/// finds it locked (one nested in a finalizer or a trap handler run by the
+/// interrupt checks of an outer wait) takes a fresh mutex instead, as
+/// every wait did before.
 ///
 /// Unlocked when the wait ends (drop): a thread keeps the mutexes it holds
 /// in a list that every unlock walks, so mutexes left locked until the GC
@@ -65,19 +73,44 @@ impl Drop for Sleeper {
 
 impl Sleeper {
     pub fn new() -> Result<Sleeper, Error> {
-        // SAFETY: allocates a Thread::Mutex and locks it; may raise (no
-        // memory), caught by protect. A fresh mutex is free, so locking it
-        // neither waits nor runs interrupts: the one error it raises is
-        // ThreadError "can't be called from trap context". Inside a trap
-        // handler no other handler can run (they do not nest), so Ruby's
-        // own sleep loses no wake-up there.
-        let m = protect(|| unsafe { rb_sys::rb_mutex_new() })?;
-        let mutex = match protect(|| unsafe { rb_sys::rb_mutex_lock(m) }) {
-            Ok(_) => m,
-            Err(e) if is_thread_error(&e) => QNIL,
-            Err(e) => return Err(e),
-        };
-        Ok(Sleeper { mutex })
+        let mut mutex = QNIL;
+        let slot = &mut mutex as *mut VALUE;
+        // SAFETY: reads (and once sets) a hidden ivar of the current
+        // thread, may allocate a Thread::Mutex, and locks a mutex that is
+        // free: all may raise (interning the name and allocating can raise
+        // NoMemoryError), caught by protect. Neither an ivar access nor
+        // locking a free mutex runs interrupts, so the one error the lock
+        // raises is ThreadError "can't be called from trap context". Inside
+        // a trap handler no other handler can run (they do not nest), so
+        // Ruby's own sleep loses no wake-up there. A frozen thread (whose
+        // ivar cannot be set) gets a fresh mutex per wait. `slot` points
+        // at `mutex`, on this stack frame (where the GC sees it) for the
+        // whole call.
+        let locked = protect(|| unsafe {
+            let thread = rb_sys::rb_thread_current();
+            let id = name!(c"__rapid_thread_sleep_mutex").id();
+            let cached = rb_sys::rb_ivar_get(thread, id);
+            let m = if cached != QNIL
+                && rb_sys::rb_mutex_locked_p(cached) == rb_sys::special_consts::Qfalse as VALUE
+            {
+                cached
+            } else {
+                let fresh = rb_sys::rb_mutex_new();
+                if cached == QNIL
+                    && rb_sys::rb_obj_frozen_p(thread) == rb_sys::special_consts::Qfalse as VALUE
+                {
+                    rb_sys::rb_ivar_set(thread, id, fresh);
+                }
+                fresh
+            };
+            *slot = m;
+            rb_sys::rb_mutex_lock(m)
+        });
+        match locked {
+            Ok(_) => Ok(Sleeper { mutex }),
+            Err(e) if is_thread_error(&e) => Ok(Sleeper { mutex: QNIL }),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sleeps once (see [`ruby_sleep`]); the caller re-checks its condition.
@@ -104,10 +137,14 @@ fn private_mutex_sleep(m: VALUE, timeout: Option<Duration>) -> Result<(), Error>
         };
         rb_sys::rb_mutex_sleep(m, t)
     });
+    if slept.is_ok() {
+        // Returned: re-locked (and the interrupts after it ran).
+        return Ok(());
+    }
     // The re-lock cannot fail on a private, uncontended mutex outside trap
     // context, so `m` is held here on every path, ready for the next sleep.
-    // Make sure of it (a mutex left unlocked would make the next
-    // rb_mutex_sleep raise).
+    // Make sure of it where an error cut the sleep short (a mutex left
+    // unlocked would make the next rb_mutex_sleep raise).
     // SAFETY: plain query / lock of a free mutex only this thread uses.
     let relocked = protect(|| unsafe {
         if rb_sys::rb_mutex_locked_p(m) == rb_sys::special_consts::Qfalse as VALUE {
