@@ -410,7 +410,7 @@ class QueueTest < RapidThreadTest
     RapidThread.spin_us = saved
   end
 
-  # A thread sleeps on a mutex of its own, kept from wait to wait in a
+  # A fiber sleeps on a mutex of its own, kept from wait to wait in a
   # hidden instance variable: waits allocate no Thread::Mutex (each did,
   # and the allocations, their frees and the minor GCs they brought cost
   # a sleeping hand-off ~5%), and Ruby code sees no new variable.
@@ -421,7 +421,7 @@ class QueueTest < RapidThreadTest
     b = Q.new
     echo = spawn_thread do
       50.times { b << a.pop }
-      Thread.current.instance_variables
+      [Thread.current.instance_variables, Fiber.current.instance_variables]
     end
     a << -1
     assert_equal(-1, b.pop) # both threads have slept once
@@ -431,27 +431,40 @@ class QueueTest < RapidThreadTest
     made = ObjectSpace.each_object(Thread::Mutex).count - before
     GC.enable
     assert_operator made, :<=, 2, "mutexes made by 98 sleeping waits"
-    assert_equal [], echo.value
-    assert_equal [], Thread.current.instance_variables
+    assert_equal [[], []], echo.value
+    assert_equal [], Fiber.current.instance_variables
   ensure
     GC.enable
     RapidThread.spin_us = saved
   end
 
-  # A frozen thread cannot keep a mutex: its waits take a fresh one each.
-  def test_a_frozen_thread_waits
+  # Waits of several fibers of one thread, each on its own mutex, and of
+  # a frozen thread and fiber (which cannot keep one: a fresh mutex each).
+  def test_waits_of_fibers_and_frozen_fibers
     saved = RapidThread.spin_us
     RapidThread.spin_us = 0
     q = Q.new
+    took = Q.new
     t = spawn_thread do
       Thread.current.freeze
-      [q.pop, q.pop]
+      outer = q.pop
+      inner = Fiber.new do
+        Fiber.current.freeze
+        took << :frozen_fiber
+        q.pop
+      end.resume
+      took << :outer
+      [outer, inner, q.pop]
     end
     wait_until { t.status == "sleep" }
     q << 1
+    assert_equal :frozen_fiber, took.pop
     wait_until { t.status == "sleep" }
     q << 2
-    assert_equal [1, 2], t.value
+    assert_equal :outer, took.pop
+    wait_until { t.status == "sleep" }
+    q << 3
+    assert_equal [1, 2, 3], t.value
   ensure
     RapidThread.spin_us = saved
   end

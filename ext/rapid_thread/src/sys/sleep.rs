@@ -42,13 +42,19 @@ pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
 /// lies between that check and the sleep, where a signal handler's
 /// wake-up could be lost.
 ///
-/// Each thread keeps one such mutex in a hidden instance variable (a name
-/// without `@`: no Ruby code can see or reach it, and the thread marks and
-/// moves it), so that a wait allocates nothing: a fresh mutex per wait cost
-/// an allocation, its free, and the minor GCs they brought. A wait that
-/// finds it locked (one nested in a finalizer or a trap handler run by the
-/// interrupt checks of an outer wait) takes a fresh mutex instead, as
-/// every wait did before.
+/// Each fiber (a thread's root fiber included) keeps one such mutex in a
+/// hidden instance variable (a name without `@`: no Ruby code can see or
+/// reach it, and the fiber marks and moves it), so that a wait allocates
+/// nothing: a fresh mutex per wait cost an allocation, its free, and the
+/// minor GCs they brought. Per fiber, not per thread, because a Mutex
+/// belongs to a fiber: kept per thread, a wait of another fiber resumed by
+/// a finalizer could take it while an outer wait sleeps (rb_mutex_sleep
+/// unlocks it), be suspended holding it, and make the outer wait's re-lock
+/// fail. Only the fiber's own waits lock it, and one nested in an outer
+/// wait (a finalizer run by the outer wait's interrupt checks) has
+/// unlocked it before the outer wait can go on. A wait that finds it
+/// locked (nested where the outer wait holds it) takes a fresh mutex
+/// instead, as every wait did before; so does a wait of a frozen fiber.
 ///
 /// Unlocked when the wait ends (drop): a thread keeps the mutexes it holds
 /// in a list that every unlock walks, so mutexes left locked until the GC
@@ -76,20 +82,21 @@ impl Sleeper {
         let mut mutex = QNIL;
         let slot = &mut mutex as *mut VALUE;
         // SAFETY: reads (and once sets) a hidden ivar of the current
-        // thread, may allocate a Thread::Mutex, and locks a mutex that is
+        // fiber (rb_fiber_current may allocate a thread's root Fiber
+        // object the first time), may allocate a Thread::Mutex, and locks a mutex that is
         // free: all may raise (interning the name and allocating can raise
         // NoMemoryError), caught by protect. Neither an ivar access nor
         // locking a free mutex runs interrupts, so the one error the lock
         // raises is ThreadError "can't be called from trap context". Inside
         // a trap handler no other handler can run (they do not nest), so
-        // Ruby's own sleep loses no wake-up there. A frozen thread (whose
+        // Ruby's own sleep loses no wake-up there. A frozen fiber (whose
         // ivar cannot be set) gets a fresh mutex per wait. `slot` points
         // at `mutex`, on this stack frame (where the GC sees it) for the
         // whole call.
         let locked = protect(|| unsafe {
-            let thread = rb_sys::rb_thread_current();
+            let fiber = rb_sys::rb_fiber_current();
             let id = name!(c"__rapid_thread_sleep_mutex").id();
-            let cached = rb_sys::rb_ivar_get(thread, id);
+            let cached = rb_sys::rb_ivar_get(fiber, id);
             let m = if cached != QNIL
                 && rb_sys::rb_mutex_locked_p(cached) == rb_sys::special_consts::Qfalse as VALUE
             {
@@ -97,9 +104,9 @@ impl Sleeper {
             } else {
                 let fresh = rb_sys::rb_mutex_new();
                 if cached == QNIL
-                    && rb_sys::rb_obj_frozen_p(thread) == rb_sys::special_consts::Qfalse as VALUE
+                    && rb_sys::rb_obj_frozen_p(fiber) == rb_sys::special_consts::Qfalse as VALUE
                 {
-                    rb_sys::rb_ivar_set(thread, id, fresh);
+                    rb_sys::rb_ivar_set(fiber, id, fresh);
                 }
                 fresh
             };
