@@ -21,8 +21,14 @@
 //! With more, every spin is judged by what it saw: a wake-up it noticed more than
 //! [`LATE`] after it was sent, or a yield that came back later than that,
 //! means the CPU was busy (a sleeping waiter is woken in about 50 µs here,
-//! even across CPUs). Then no wait of the process spins for a while: 1 ms
-//! at first, doubling with each late spin up to [`MAX_QUIET`], halving back
+//! even across CPUs). So does a spin that passed without its wake-up while
+//! other processes leave no CPU to spare (/proc/stat, over 100 ms): on a
+//! busy machine a waker runs only when the scheduler gives it a CPU, the
+//! spin bets on that, and on Ruby 3.3 the lost bets cost more than they
+//! won (a ping-pong beside a CPU-bound process per core ran at 0.66x
+//! stock). On an idle machine a miss only means the wake-up took longer
+//! than the spin. Then no wait of the process spins for a while: 1 ms at
+//! first, doubling with each late spin up to [`MAX_QUIET`], halving back
 //! with each prompt one. The first spin after a quiet period probes again.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -109,6 +115,58 @@ fn one_cpu() -> bool {
     cpus <= 1
 }
 
+/// The window over which other processes' CPU use is measured: /proc/stat
+/// counts in 10 ms ticks, so a window holds ten per CPU.
+const LOAD_WINDOW: Duration = Duration::from_millis(100);
+/// CPU time other processes used in the last full window, as a fraction of
+/// one CPU in thousandths, plus one (0: not measured yet).
+static OTHERS_MILLICPUS_PLUS_ONE: AtomicU64 = AtomicU64::new(0);
+/// The window being measured: when it began (`sys::monotonic_ns`), and the
+/// machine's and this process's CPU time then.
+static WINDOW_AT: AtomicU64 = AtomicU64::new(0);
+static WINDOW_MACHINE_NS: AtomicU64 = AtomicU64::new(0);
+static WINDOW_OWN_NS: AtomicU64 = AtomicU64::new(0);
+
+/// How much CPU other processes used in the last window, in thousandths
+/// of a CPU (0 before a window was measured, or without /proc/stat).
+/// Costs a coarse clock read per call, and a /proc/stat read per window.
+fn others_millicpus() -> u64 {
+    let now = sys::coarse_monotonic_ns();
+    let at = WINDOW_AT.load(Ordering::Relaxed);
+    if at != 0 && now.saturating_sub(at) < LOAD_WINDOW.as_nanos() as u64 {
+        return OTHERS_MILLICPUS_PLUS_ONE
+            .load(Ordering::Relaxed)
+            .saturating_sub(1);
+    }
+    let (machine, own) = (sys::machine_busy_ns(), sys::process_cpu_ns());
+    if let Some(machine) = machine {
+        if at != 0 {
+            let others = machine
+                .saturating_sub(WINDOW_MACHINE_NS.load(Ordering::Relaxed))
+                .saturating_sub(own.saturating_sub(WINDOW_OWN_NS.load(Ordering::Relaxed)));
+            let window = now.saturating_sub(at).max(1);
+            OTHERS_MILLICPUS_PLUS_ONE.store(others * 1000 / window + 1, Ordering::Relaxed);
+        }
+        WINDOW_MACHINE_NS.store(machine, Ordering::Relaxed);
+        WINDOW_OWN_NS.store(own, Ordering::Relaxed);
+    }
+    WINDOW_AT.store(now.max(1), Ordering::Relaxed);
+    OTHERS_MILLICPUS_PLUS_ONE
+        .load(Ordering::Relaxed)
+        .saturating_sub(1)
+}
+
+/// Whether the machine has no CPU to spare for a spinner and its waker:
+/// other processes used more of the CPUs in the last window than leaves
+/// two at least half free (Go's scheduler spins only while a P is idle).
+/// CPU-bound processes beside the program (a busy machine, puma's other
+/// workers, a load generator) make it true.
+fn no_free_cpu() -> bool {
+    let cpus = CPUS.load(Ordering::Relaxed).max(1);
+    let free = (cpus * 1000).saturating_sub(others_millicpus());
+    free + 500 < 2000
+}
+
 /// `spin`, cut to what is left before `deadline`.
 fn until_deadline(spin: Duration, deadline: Option<Instant>) -> Duration {
     match deadline {
@@ -165,6 +223,16 @@ pub fn yield_cpu() -> bool {
     let before = Instant::now();
     std::thread::yield_now();
     before.elapsed() <= LATE
+}
+
+/// Judges the spin of a wait (`wait::block`): as [`record`], and on a
+/// machine with no CPU to spare, a spin that passed without its wake-up
+/// lost too. (On a machine with a free CPU a miss is only a wake-up that
+/// took longer than the spin, say a join of a block that ran 60 µs:
+/// nothing to stop spinning for.)
+pub fn record_wait(seen: &sys::SpinReport) {
+    let lost = seen.cpu_busy || (seen.missed && no_free_cpu());
+    record(seen.noticed_after, lost);
 }
 
 /// Judges a finished spin: late (`cpu_busy`, or a wake-up noticed more

@@ -64,6 +64,44 @@ pub fn cpus_allowed() -> usize {
     }
 }
 
+/// CPU time the whole machine has spent busy (all CPUs: user, nice,
+/// system, irq, softirq, steal), from /proc/stat's first line, in
+/// nanoseconds; None where it cannot be read. Counted in clock ticks
+/// (10 ms each, usually): compare over windows of many ticks.
+pub fn machine_busy_ns() -> Option<u64> {
+    use std::io::Read;
+    let mut buf = [0u8; 256];
+    let n = std::fs::File::open("/proc/stat")
+        .and_then(|mut f| f.read(&mut buf))
+        .ok()?;
+    let line = std::str::from_utf8(&buf[..n]).ok()?.lines().next()?;
+    let mut fields = line.split_ascii_whitespace();
+    if fields.next()? != "cpu" {
+        return None;
+    }
+    let ticks: Vec<u64> = fields
+        .take(8)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    let [user, nice, system, _idle, _iowait, irq, softirq, steal] = ticks[..] else {
+        return None;
+    };
+    // SAFETY: a plain query.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some((user + nice + system + irq + softirq + steal) * (1_000_000_000 / hz))
+}
+
+/// CPU time this process has used, in nanoseconds.
+pub fn process_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is on our stack; the call only writes it.
+    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// Yields the CPU once; false when the CPU turned out busy and spinning
 /// must stop (the spin policy's `yield_cpu`, crate::spin). It runs without
 /// the GVL: it must not touch Ruby or any `GvlCell`.
@@ -76,6 +114,9 @@ pub struct SpinReport {
     pub noticed_after: Option<Duration>,
     /// A yield came back late: the CPU was busy.
     pub cpu_busy: bool,
+    /// The whole spin passed without the signal (not cut short by an
+    /// interrupt): the bet was lost, and the wait goes on to sleep.
+    pub missed: bool,
 }
 
 struct SpinArgs<'a> {
@@ -85,6 +126,7 @@ struct SpinArgs<'a> {
     yield_cpu: YieldCpu,
     noticed_after: Cell<Option<Duration>>,
     cpu_busy: Cell<bool>,
+    missed: Cell<bool>,
 }
 
 fn spin_phase(a: &SpinArgs) {
@@ -100,7 +142,11 @@ fn spin_phase(a: &SpinArgs) {
             )));
             break;
         }
-        if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin {
+        if w.interrupted.load(Ordering::Relaxed) {
+            return;
+        }
+        if start.elapsed() >= a.spin {
+            a.missed.set(true);
             return;
         }
         if !(a.yield_cpu)() {
@@ -155,6 +201,7 @@ pub fn spin_without_gvl(
         yield_cpu,
         noticed_after: Cell::new(None),
         cpu_busy: Cell::new(false),
+        missed: Cell::new(false),
     };
     // SAFETY: both pointers refer to locals that outlive the call; the
     // unblock function only stores an atomic flag. The `2` variant matters:
@@ -173,6 +220,7 @@ pub fn spin_without_gvl(
     SpinReport {
         noticed_after: args.noticed_after.get(),
         cpu_busy: args.cpu_busy.get(),
+        missed: args.missed.get(),
     }
 }
 
