@@ -119,19 +119,21 @@ def median(xs)
   s.size.odd? ? s[s.size / 2] : (s[s.size / 2 - 1] + s[s.size / 2]) / 2.0
 end
 
-# One busy-looping process per core (the saturated mode), running for a
-# whole benchmark's rounds, every side's runs included: the machine is busy
-# in a steady state, as a server beside CPU-bound work is. Hogs started
-# afresh 0.2 s ahead of each run measured the scheduler's start-up as much
-# as the benchmark: vm_thread_sized_queue's A/A control was 2.20x there
-# (7 rounds, scale 1), against 0.82x-1.06x for the four hand-off rows with
-# settled hogs (9 rounds; docs/design-details.md, "Saturation").
+# One busy-looping process pinned to each core (the saturated mode),
+# running for a whole benchmark's rounds, every side's runs included: every
+# core is busy, in a steady state, as on a server beside CPU-bound work.
+# Unpinned hogs measured the load balancer instead: it often put both on
+# one core and left the benchmark the other (whole runs 4-6x faster,
+# stock's and the gem's alike, CPU time equal to wall time), and a row's
+# median depended on how many runs had that luck. Hogs started afresh 0.2 s
+# ahead of each run also measured the scheduler's start-up (an A/A of
+# 2.20x).
 HOG_WARMUP = 1.0
 
 def with_hogs(mode)
   return yield unless mode == "saturated"
 
-  hogs = Etc.nprocessors.times.map { Process.spawn(RbConfig.ruby, "-e", "loop {}") }
+  hogs = Etc.nprocessors.times.map { |cpu| Process.spawn("taskset", "-c", cpu.to_s, RbConfig.ruby, "-e", "loop {}") }
   sleep HOG_WARMUP
   yield
 ensure

@@ -18,17 +18,20 @@
 //! in a real server it loses (Go's scheduler spins only while a CPU is
 //! idle; Linux's mutexes spin only while the owner runs on another CPU).
 //!
-//! With more, every spin is judged by what it saw: a wake-up it noticed more than
+//! With more, a wait spins only while the machine has a CPU to spare for
+//! the spinner and its waker (Go's scheduler spins only while a P is idle):
+//! other processes' CPU use over the last 100 ms (/proc/stat, less this
+//! process's own CPU time) must leave two CPUs at least half free. Beside a
+//! CPU-bound process pinned to each core, a spinner's `sched_yield` hands
+//! its CPU to that process for the rest of its time slice, and stock's
+//! sleeping waiter, woken, preempts it at once: a ping-pong ran 5x slower
+//! than stock's with spins, 1.2x without (3.1.2).
+//!
+//! And every spin is judged by what it saw: a wake-up it noticed more than
 //! [`LATE`] after it was sent, or a yield that came back later than that,
 //! means the CPU was busy (a sleeping waiter is woken in about 50 µs here,
-//! even across CPUs). So does a spin that passed without its wake-up while
-//! other processes leave no CPU to spare (/proc/stat, over 100 ms): on a
-//! busy machine a waker runs only when the scheduler gives it a CPU, the
-//! spin bets on that, and on Ruby 3.3 the lost bets cost more than they
-//! won (a ping-pong beside a CPU-bound process per core ran at 0.66x
-//! stock). On an idle machine a miss only means the wake-up took longer
-//! than the spin. Then no wait of the process spins for a while: 1 ms at
-//! first, doubling with each late spin up to [`MAX_QUIET`], halving back
+//! even across CPUs). Then no wait of the process spins for a while: 1 ms
+//! at first, doubling with each late spin up to [`MAX_QUIET`], halving back
 //! with each prompt one. The first spin after a quiet period probes again.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -139,6 +142,14 @@ fn others_millicpus() -> u64 {
             .saturating_sub(1);
     }
     let (machine, own) = (sys::machine_busy_ns(), sys::process_cpu_ns());
+    if at == 0 {
+        // No window yet: until the first ends, judge by the tasks runnable
+        // now, less this thread and the waker it may be about to wait for
+        // (a spin in the first window that beside busy CPUs cost a
+        // ping-pong 3 ms per round trip for the rest of its run).
+        let others = sys::runnable_tasks().map_or(0, |r| r.saturating_sub(2));
+        OTHERS_MILLICPUS_PLUS_ONE.store(others * 1000 + 1, Ordering::Relaxed);
+    }
     if let Some(machine) = machine {
         if at != 0 {
             let others = machine
@@ -190,7 +201,7 @@ pub fn budget(
     alone: impl FnOnce() -> bool,
 ) -> Option<Budget> {
     let spin_us = spin_us();
-    if spin_us == 0 || quiet() || one_cpu() {
+    if spin_us == 0 || quiet() || one_cpu() || no_free_cpu() {
         return None;
     }
     if list_last_wake.is_none_or(|t| t.elapsed() >= ACTIVE_WINDOW) || alone() {
@@ -205,12 +216,13 @@ pub fn budget(
 /// How long Task#alive? may hand the GVL to a woken worker that spins for
 /// it (None: not now).
 pub fn handover_budget() -> Option<Duration> {
-    (!quiet() && !one_cpu()).then(|| Duration::from_micros(u64::from(gvl_spin_us())))
+    (!quiet() && !one_cpu() && !no_free_cpu())
+        .then(|| Duration::from_micros(u64::from(gvl_spin_us())))
 }
 
 /// The spin of a RactorQueue wait (no GVL hand-off there) until `deadline`.
 pub fn ractor_budget(deadline: Option<Instant>) -> Duration {
-    if quiet() || one_cpu() {
+    if quiet() || one_cpu() || no_free_cpu() {
         return Duration::ZERO;
     }
     until_deadline(Duration::from_micros(u64::from(spin_us())), deadline)
@@ -223,16 +235,6 @@ pub fn yield_cpu() -> bool {
     let before = Instant::now();
     std::thread::yield_now();
     before.elapsed() <= LATE
-}
-
-/// Judges the spin of a wait (`wait::block`): as [`record`], and on a
-/// machine with no CPU to spare, a spin that passed without its wake-up
-/// lost too. (On a machine with a free CPU a miss is only a wake-up that
-/// took longer than the spin, say a join of a block that ran 60 µs:
-/// nothing to stop spinning for.)
-pub fn record_wait(seen: &sys::SpinReport) {
-    let lost = seen.cpu_busy || (seen.missed && no_free_cpu());
-    record(seen.noticed_after, lost);
 }
 
 /// Judges a finished spin: late (`cpu_busy`, or a wake-up noticed more

@@ -136,7 +136,7 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
     }
     if let Some(b) = spin::budget(w.list_last_wake(), deadline, sys::thread_alone) {
         let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);
-        spin::record_wait(&seen);
+        spin::record(seen.noticed_after, seen.cpu_busy);
         // Interrupts that arrived while spinning are raised here.
         sys::check_ints()?;
         if w.signaled() {

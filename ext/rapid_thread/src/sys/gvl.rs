@@ -91,6 +91,23 @@ pub fn machine_busy_ns() -> Option<u64> {
     Some((user + nice + system + irq + softirq + steal) * (1_000_000_000 / hz))
 }
 
+/// How many tasks of the machine are runnable right now, the caller
+/// included (/proc/loadavg's "running/total"); None where unreadable.
+pub fn runnable_tasks() -> Option<u64> {
+    use std::io::Read;
+    let mut buf = [0u8; 128];
+    let n = std::fs::File::open("/proc/loadavg")
+        .and_then(|mut f| f.read(&mut buf))
+        .ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    text.split_ascii_whitespace()
+        .nth(3)?
+        .split('/')
+        .next()?
+        .parse()
+        .ok()
+}
+
 /// CPU time this process has used, in nanoseconds.
 pub fn process_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -114,9 +131,6 @@ pub struct SpinReport {
     pub noticed_after: Option<Duration>,
     /// A yield came back late: the CPU was busy.
     pub cpu_busy: bool,
-    /// The whole spin passed without the signal (not cut short by an
-    /// interrupt): the bet was lost, and the wait goes on to sleep.
-    pub missed: bool,
 }
 
 struct SpinArgs<'a> {
@@ -126,7 +140,6 @@ struct SpinArgs<'a> {
     yield_cpu: YieldCpu,
     noticed_after: Cell<Option<Duration>>,
     cpu_busy: Cell<bool>,
-    missed: Cell<bool>,
 }
 
 fn spin_phase(a: &SpinArgs) {
@@ -142,11 +155,7 @@ fn spin_phase(a: &SpinArgs) {
             )));
             break;
         }
-        if w.interrupted.load(Ordering::Relaxed) {
-            return;
-        }
-        if start.elapsed() >= a.spin {
-            a.missed.set(true);
+        if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin {
             return;
         }
         if !(a.yield_cpu)() {
@@ -201,7 +210,6 @@ pub fn spin_without_gvl(
         yield_cpu,
         noticed_after: Cell::new(None),
         cpu_busy: Cell::new(false),
-        missed: Cell::new(false),
     };
     // SAFETY: both pointers refer to locals that outlive the call; the
     // unblock function only stores an atomic flag. The `2` variant matters:
@@ -220,7 +228,6 @@ pub fn spin_without_gvl(
     SpinReport {
         noticed_after: args.noticed_after.get(),
         cpu_busy: args.cpu_busy.get(),
-        missed: args.missed.get(),
     }
 }
 
