@@ -7,8 +7,9 @@
 #                    (and the control / peer sides), in that order
 #     --scale S      multiply iteration counts by S (default 1)
 #     --modes LIST   unpinned,pinned (default both; pinned = taskset -c 0);
-#                    also saturated: unpinned while one CPU-bound process
-#                    per core runs beside the benchmark (rake bench:saturated)
+#                    also saturated: unpinned while a CPU-bound process
+#                    pinned to each core runs beside the benchmark (rake
+#                    bench:saturated)
 #     --json PATH    raw figures (default benchmark/results/latest.json);
 #                    the chart is written beside it (.svg)
 #     --no-control   skip the A/A side (stock again, "stock-b") whose ratio
