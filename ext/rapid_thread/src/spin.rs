@@ -21,7 +21,7 @@
 //! With more, a wait spins only while the machine has a CPU to spare for
 //! the spinner and its waker (Go's scheduler spins only while a P is idle):
 //! other processes' CPU use over the last 100 ms (/proc/stat, less this
-//! process's own CPU time) must leave two CPUs at least half free. Beside a
+//! process's own CPU time) must leave one and a half CPUs free. Beside a
 //! CPU-bound process pinned to each core, a spinner's `sched_yield` hands
 //! its CPU to that process for the rest of its time slice, and stock's
 //! sleeping waiter, woken, preempts it at once: a ping-pong ran 5x slower
@@ -124,56 +124,67 @@ const LOAD_WINDOW: Duration = Duration::from_millis(100);
 /// CPU time other processes used in the last full window, as a fraction of
 /// one CPU in thousandths, plus one (0: not measured yet).
 static OTHERS_MILLICPUS_PLUS_ONE: AtomicU64 = AtomicU64::new(0);
-/// The window being measured: when it began (`sys::monotonic_ns`), and the
-/// machine's and this process's CPU time then.
+/// The window being measured: when it began (`sys::coarse_monotonic_ns`),
+/// and the machine's and this process's CPU time then.
 static WINDOW_AT: AtomicU64 = AtomicU64::new(0);
 static WINDOW_MACHINE_NS: AtomicU64 = AtomicU64::new(0);
 static WINDOW_OWN_NS: AtomicU64 = AtomicU64::new(0);
 
 /// How much CPU other processes used in the last window, in thousandths
-/// of a CPU (0 before a window was measured, or without /proc/stat).
-/// Costs a coarse clock read per call, and a /proc/stat read per window.
+/// of a CPU. Before the first window ends, and wherever /proc/stat cannot
+/// be used, the tasks runnable now stand in (/proc/loadavg), less this
+/// thread and the waker it may be about to wait for: a spin in the first
+/// window beside busy CPUs left a ping-pong at 3 ms per round trip for the
+/// rest of its run. Costs a coarse clock read per call; one thread per
+/// window (Ractors call this in parallel) reads /proc/stat.
 fn others_millicpus() -> u64 {
-    let now = sys::coarse_monotonic_ns();
+    let now = sys::coarse_monotonic_ns().max(1);
     let at = WINDOW_AT.load(Ordering::Relaxed);
-    if at != 0 && now.saturating_sub(at) < LOAD_WINDOW.as_nanos() as u64 {
-        return OTHERS_MILLICPUS_PLUS_ONE
-            .load(Ordering::Relaxed)
-            .saturating_sub(1);
+    let cached = OTHERS_MILLICPUS_PLUS_ONE.load(Ordering::Relaxed);
+    let fresh = now.saturating_sub(at) < LOAD_WINDOW.as_nanos() as u64;
+    if (at != 0 && fresh)
+        || WINDOW_AT
+            .compare_exchange(at, now, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+    {
+        // Fresh, or another thread is refreshing it.
+        return cached.saturating_sub(1);
     }
-    let (machine, own) = (sys::machine_busy_ns(), sys::process_cpu_ns());
-    if at == 0 {
-        // No window yet: until the first ends, judge by the tasks runnable
-        // now, less this thread and the waker it may be about to wait for
-        // (a spin in the first window that beside busy CPUs cost a
-        // ping-pong 3 ms per round trip for the rest of its run).
-        let others = sys::runnable_tasks().map_or(0, |r| r.saturating_sub(2));
-        OTHERS_MILLICPUS_PLUS_ONE.store(others * 1000 + 1, Ordering::Relaxed);
-    }
-    if let Some(machine) = machine {
-        if at != 0 {
-            let others = machine
-                .saturating_sub(WINDOW_MACHINE_NS.load(Ordering::Relaxed))
-                .saturating_sub(own.saturating_sub(WINDOW_OWN_NS.load(Ordering::Relaxed)));
+    let machine = sys::machine_busy_ns();
+    let own = sys::process_cpu_ns();
+    let (last_machine, last_own) = (
+        WINDOW_MACHINE_NS.swap(machine.unwrap_or(0), Ordering::Relaxed),
+        WINDOW_OWN_NS.swap(own, Ordering::Relaxed),
+    );
+    let others = match machine {
+        // A full window measured (own < last_own: a forked child's clock
+        // started again; that window is not measured).
+        Some(machine) if at != 0 && last_machine != 0 && own >= last_own => {
+            let used = machine
+                .saturating_sub(last_machine)
+                .saturating_sub(own - last_own);
             let window = now.saturating_sub(at).max(1);
-            OTHERS_MILLICPUS_PLUS_ONE.store(others * 1000 / window + 1, Ordering::Relaxed);
+            (u128::from(used) * 1000 / u128::from(window)).min(u128::from(u64::MAX / 2)) as u64
         }
-        WINDOW_MACHINE_NS.store(machine, Ordering::Relaxed);
-        WINDOW_OWN_NS.store(own, Ordering::Relaxed);
-    }
-    WINDOW_AT.store(now.max(1), Ordering::Relaxed);
-    OTHERS_MILLICPUS_PLUS_ONE
-        .load(Ordering::Relaxed)
-        .saturating_sub(1)
+        Some(_) if at != 0 && last_machine != 0 => cached.saturating_sub(1),
+        _ => sys::runnable_tasks()
+            .map_or(0, |r| r.saturating_sub(2))
+            .saturating_mul(1000),
+    };
+    OTHERS_MILLICPUS_PLUS_ONE.store(others + 1, Ordering::Relaxed);
+    others
 }
 
 /// Whether the machine has no CPU to spare for a spinner and its waker:
-/// other processes used more of the CPUs in the last window than leaves
-/// two at least half free (Go's scheduler spins only while a P is idle).
-/// CPU-bound processes beside the program (a busy machine, puma's other
-/// workers, a load generator) make it true.
+/// other processes used more of the machine's CPUs in the last window than
+/// leaves one and a half free (Go's scheduler spins only while a P is
+/// idle). CPU-bound processes beside the program (a busy machine, puma's
+/// other workers, a load generator) make it true. The machine's CPUs, not
+/// this thread's affinity: /proc/stat's load is the machine's. (A process
+/// confined to some CPUs of a busy host may then spin where its own CPUs
+/// are busy; the late-spin rule below stops it.)
 fn no_free_cpu() -> bool {
-    let cpus = CPUS.load(Ordering::Relaxed).max(1);
+    let cpus = sys::online_cpus() as u64;
     let free = (cpus * 1000).saturating_sub(others_millicpus());
     free + 500 < 2000
 }

@@ -49,6 +49,13 @@ pub fn coarse_monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
+/// How many CPUs the machine has online (read once).
+pub fn online_cpus() -> usize {
+    static ONLINE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: a plain query.
+    *ONLINE.get_or_init(|| unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize)
+}
+
 /// How many CPUs this thread may run on (its affinity mask). When the mask
 /// cannot be read (a kernel with more CPUs than `cpu_set_t` holds), the
 /// online CPU count: the machine surely has more than one then.
@@ -88,7 +95,7 @@ pub fn machine_busy_ns() -> Option<u64> {
     };
     // SAFETY: a plain query.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Some((user + nice + system + irq + softirq + steal) * (1_000_000_000 / hz))
+    (user + nice + system + irq + softirq + steal).checked_mul(1_000_000_000 / hz)
 }
 
 /// How many tasks of the machine are runnable right now, the caller
