@@ -192,15 +192,43 @@ def run_one(side, conf, opts)
     cpu0 = cpu_seconds(pids)
     r = wrk(port, conf, opts[:duration])
     cpu = cpu_seconds(pids) - cpu0
-    r.merge(cpu_us_per_req: r[:requests] > 0 ? cpu * 1e6 / r[:requests] : nil)
+    result = r.merge(cpu_us_per_req: r[:requests] > 0 ? cpu * 1e6 / r[:requests] : nil)
   ensure
-    begin
-      Process.kill("TERM", -pid)
-    rescue Errno::ESRCH
-      nil
+    if stop_puma(pid)
+      tail = File.exist?(log) ? File.readlines(log).last(30).join : "(no log)"
+      warn "#{side}: puma did not exit within #{SHUTDOWN_LIMIT} s of TERM; killed. Its log's tail:\n#{tail}"
+      result[:stuck_on_shutdown] = tail if result # the same Hash is returned
     end
-    Process.wait(pid)
   end
+end
+
+# How long puma may take to exit after TERM before it is killed (and the
+# run marked `stuck_on_shutdown`, with its log's tail): a shutdown that
+# hangs must show as such, naming its side, not as a harness timeout.
+SHUTDOWN_LIMIT = 20
+
+# TERM to puma's process group, then KILL after SHUTDOWN_LIMIT; whether
+# it had to be killed.
+def stop_puma(pid)
+  begin
+    Process.kill("TERM", -pid)
+  rescue Errno::ESRCH
+    nil
+  end
+  deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + SHUTDOWN_LIMIT
+  until Process.waitpid(pid, Process::WNOHANG)
+    if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+      begin
+        Process.kill("KILL", -pid)
+      rescue Errno::ESRCH
+        nil
+      end
+      Process.wait(pid)
+      return true
+    end
+    sleep 0.05
+  end
+  false
 end
 
 def summary(runs, key)

@@ -37,6 +37,8 @@ class FairnessTest < Minitest::Test
                                         timeout: 150)
       assert status.success?, "benchmark/apps.rb failed (#{status.inspect}):\n#{err}\n#{out}"
       runs = JSON.parse(File.read(json)).dig("configs", "single_pinned", "runs")
+      stuck = runs.fetch("gem").filter_map { |r| r["stuck_on_shutdown"] }
+      assert_empty stuck, "puma in drop-in mode did not exit on TERM (its log's tail):\n#{stuck.first}"
       p99 = ->(side) { median(runs.fetch(side).map { |r| r.fetch("p99") }) }
       stock = p99.("stock")
       gem = p99.("gem")
