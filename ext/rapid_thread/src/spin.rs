@@ -103,9 +103,9 @@ static CPUS: AtomicU64 = AtomicU64::new(0);
 static CPUS_READ_AT: AtomicU64 = AtomicU64::new(0);
 
 /// Whether the process may run on a single CPU only (read again every
-/// CPUS_REFRESH; a thread's own affinity stands for the process's).
-fn one_cpu() -> bool {
-    let now = sys::coarse_monotonic_ns();
+/// CPUS_REFRESH; a thread's own affinity stands for the process's). `now`:
+/// `sys::coarse_monotonic_ns`.
+fn one_cpu(now: u64) -> bool {
     let cpus = CPUS.load(Ordering::Relaxed);
     if cpus != 0
         && now.saturating_sub(CPUS_READ_AT.load(Ordering::Relaxed)) < CPUS_REFRESH.as_nanos() as u64
@@ -135,10 +135,10 @@ static WINDOW_OWN_NS: AtomicU64 = AtomicU64::new(0);
 /// be used, the tasks runnable now stand in (/proc/loadavg), less this
 /// thread and the waker it may be about to wait for: a spin in the first
 /// window beside busy CPUs left a ping-pong at 3 ms per round trip for the
-/// rest of its run. Costs a coarse clock read per call; one thread per
+/// rest of its run. `now`: `sys::coarse_monotonic_ns`. One thread per
 /// window (Ractors call this in parallel) reads /proc/stat.
-fn others_millicpus() -> u64 {
-    let now = sys::coarse_monotonic_ns().max(1);
+fn others_millicpus(now: u64) -> u64 {
+    let now = now.max(1);
     let at = WINDOW_AT.load(Ordering::Relaxed);
     let cached = OTHERS_MILLICPUS_PLUS_ONE.load(Ordering::Relaxed);
     let fresh = now.saturating_sub(at) < LOAD_WINDOW.as_nanos() as u64;
@@ -183,9 +183,9 @@ fn others_millicpus() -> u64 {
 /// this thread's affinity: /proc/stat's load is the machine's. (A process
 /// confined to some CPUs of a busy host may then spin where its own CPUs
 /// are busy; the late-spin rule below stops it.)
-fn no_free_cpu() -> bool {
+fn no_free_cpu(now: u64) -> bool {
     let cpus = sys::online_cpus() as u64;
-    let free = (cpus * 1000).saturating_sub(others_millicpus());
+    let free = (cpus * 1000).saturating_sub(others_millicpus(now));
     free + 500 < 2000
 }
 
@@ -203,6 +203,17 @@ fn quiet() -> bool {
     until != 0 && sys::monotonic_ns() < until
 }
 
+/// Whether no wait may spin now, whatever it waits for: a quiet period,
+/// one CPU to run on, or no CPU to spare (one coarse clock read for both
+/// of the latter).
+fn spins_off() -> bool {
+    if quiet() {
+        return true;
+    }
+    let now = sys::coarse_monotonic_ns();
+    one_cpu(now) || no_free_cpu(now)
+}
+
 /// The spin of a wait on a list that last woke someone at `list_last_wake`,
 /// until `deadline`; None: sleep at once. `alone` is asked last (it is a
 /// call into Ruby): a lone thread has nobody to wake it.
@@ -212,7 +223,7 @@ pub fn budget(
     alone: impl FnOnce() -> bool,
 ) -> Option<Budget> {
     let spin_us = spin_us();
-    if spin_us == 0 || quiet() || one_cpu() || no_free_cpu() {
+    if spin_us == 0 || spins_off() {
         return None;
     }
     if list_last_wake.is_none_or(|t| t.elapsed() >= ACTIVE_WINDOW) || alone() {
@@ -227,13 +238,12 @@ pub fn budget(
 /// How long Task#alive? may hand the GVL to a woken worker that spins for
 /// it (None: not now).
 pub fn handover_budget() -> Option<Duration> {
-    (!quiet() && !one_cpu() && !no_free_cpu())
-        .then(|| Duration::from_micros(u64::from(gvl_spin_us())))
+    (!spins_off()).then(|| Duration::from_micros(u64::from(gvl_spin_us())))
 }
 
 /// The spin of a RactorQueue wait (no GVL hand-off there) until `deadline`.
 pub fn ractor_budget(deadline: Option<Instant>) -> Duration {
-    if quiet() || one_cpu() || no_free_cpu() {
+    if spins_off() {
         return Duration::ZERO;
     }
     until_deadline(Duration::from_micros(u64::from(spin_us())), deadline)

@@ -39,13 +39,23 @@ pub fn monotonic_ns() -> u64 {
 /// few milliseconds' resolution, for a fraction of a precise read's cost
 /// in a VM). Its own time base: compare only with itself.
 pub fn coarse_monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC_COARSE)
+}
+
+/// CPU time this process has used, in nanoseconds.
+pub fn process_cpu_ns() -> u64 {
+    clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// `clock_gettime(clock)` in nanoseconds (0 if the clock cannot be read).
+fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is on our stack; CLOCK_MONOTONIC_COARSE exists on every
-    // Linux this builds for, and the call only writes `ts`.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    // SAFETY: `ts` is on our stack; the call only writes it. The clocks
+    // asked for exist on every Linux this builds for.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
@@ -60,12 +70,11 @@ pub fn online_cpus() -> usize {
 /// cannot be read (a kernel with more CPUs than `cpu_set_t` holds), the
 /// online CPU count: the machine surely has more than one then.
 pub fn cpus_allowed() -> usize {
-    // SAFETY: `set` is a plain bit mask on our stack, its size passed;
-    // sysconf is a plain query.
+    // SAFETY: `set` is a plain bit mask on our stack, its size passed.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
-            return libc::sysconf(libc::_SC_NPROCESSORS_ONLN).max(1) as usize;
+            return online_cpus();
         }
         libc::CPU_COUNT(&set).max(1) as usize
     }
@@ -76,12 +85,8 @@ pub fn cpus_allowed() -> usize {
 /// nanoseconds; None where it cannot be read. Counted in clock ticks
 /// (10 ms each, usually): compare over windows of many ticks.
 pub fn machine_busy_ns() -> Option<u64> {
-    use std::io::Read;
     let mut buf = [0u8; 256];
-    let n = std::fs::File::open("/proc/stat")
-        .and_then(|mut f| f.read(&mut buf))
-        .ok()?;
-    let line = std::str::from_utf8(&buf[..n]).ok()?.lines().next()?;
+    let line = read_proc("/proc/stat", &mut buf)?.lines().next()?;
     let mut fields = line.split_ascii_whitespace();
     if fields.next()? != "cpu" {
         return None;
@@ -101,13 +106,9 @@ pub fn machine_busy_ns() -> Option<u64> {
 /// How many tasks of the machine are runnable right now, the caller
 /// included (/proc/loadavg's "running/total"); None where unreadable.
 pub fn runnable_tasks() -> Option<u64> {
-    use std::io::Read;
     let mut buf = [0u8; 128];
-    let n = std::fs::File::open("/proc/loadavg")
-        .and_then(|mut f| f.read(&mut buf))
-        .ok()?;
-    let text = std::str::from_utf8(&buf[..n]).ok()?;
-    text.split_ascii_whitespace()
+    read_proc("/proc/loadavg", &mut buf)?
+        .split_ascii_whitespace()
         .nth(3)?
         .split('/')
         .next()?
@@ -115,15 +116,14 @@ pub fn runnable_tasks() -> Option<u64> {
         .ok()
 }
 
-/// CPU time this process has used, in nanoseconds.
-pub fn process_cpu_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is on our stack; the call only writes it.
-    unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+/// The start of a /proc file, as much as `buf` holds (the lines wanted
+/// come first); None where it cannot be read.
+fn read_proc<'a>(path: &str, buf: &'a mut [u8]) -> Option<&'a str> {
+    use std::io::Read;
+    let n = std::fs::File::open(path)
+        .and_then(|mut f| f.read(buf))
+        .ok()?;
+    std::str::from_utf8(&buf[..n]).ok()
 }
 
 /// Yields the CPU once; false when the CPU turned out busy and spinning
