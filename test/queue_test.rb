@@ -374,16 +374,14 @@ class QueueTest < RapidThreadTest
 
   def test_handoff_with_and_without_spinning
     [0, RapidThread.spin_us].each do |spin|
-      saved = RapidThread.spin_us
-      RapidThread.spin_us = spin
-      a = Q.new
-      b = Q.new
-      echo = spawn_thread { while (v = a.pop) do b << v end }
-      scaled(2000).times { |i| a << i; assert_equal i, b.pop }
-      a.close
-      echo.join
-    ensure
-      RapidThread.spin_us = saved
+      with_spin_us(spin) do
+        a = Q.new
+        b = Q.new
+        echo = spawn_thread { while (v = a.pop) do b << v end }
+        scaled(2000).times { |i| a << i; assert_equal i, b.pop }
+        a.close
+        echo.join
+      end
     end
   end
 
@@ -393,21 +391,19 @@ class QueueTest < RapidThreadTest
   # every unlock walks: left locked until the GC freed them, they piled up
   # and made every sleep slower (a third of a ping-pong's CPU time).
   def test_waits_that_slept_leave_no_mutex_locked
-    saved = RapidThread.spin_us
-    RapidThread.spin_us = 0 # every wait sleeps
-    a = Q.new
-    b = Q.new
-    held = spawn_thread do
-      GC.disable # the mutexes of the old code stayed until the GC freed them
-      50.times { b << a.pop }
-      ObjectSpace.each_object(Thread::Mutex).count(&:owned?)
-    ensure
-      GC.enable
+    with_spin_us(0) do # every wait sleeps
+      a = Q.new
+      b = Q.new
+      held = spawn_thread do
+        GC.disable # the mutexes of the old code stayed until the GC freed them
+        50.times { b << a.pop }
+        ObjectSpace.each_object(Thread::Mutex).count(&:owned?)
+      ensure
+        GC.enable
+      end
+      50.times { |i| a << i; assert_equal i, b.pop }
+      assert_equal 0, held.value, "mutexes the waiting thread still holds"
     end
-    50.times { |i| a << i; assert_equal i, b.pop }
-    assert_equal 0, held.value, "mutexes the waiting thread still holds"
-  ensure
-    RapidThread.spin_us = saved
   end
 
   # A fiber sleeps on a mutex of its own, kept from wait to wait in a
@@ -415,58 +411,55 @@ class QueueTest < RapidThreadTest
   # and the allocations, their frees and the minor GCs they brought cost
   # a sleeping hand-off ~5%), and Ruby code sees no new variable.
   def test_sleeping_waits_allocate_no_mutex_each
-    saved = RapidThread.spin_us
-    RapidThread.spin_us = 0 # every wait sleeps
-    a = Q.new
-    b = Q.new
-    echo = spawn_thread do
-      50.times { b << a.pop }
-      [Thread.current.instance_variables, Fiber.current.instance_variables]
+    with_spin_us(0) do # every wait sleeps
+      a = Q.new
+      b = Q.new
+      echo = spawn_thread do
+        50.times { b << a.pop }
+        [Thread.current.instance_variables, Fiber.current.instance_variables]
+      end
+      a << -1
+      assert_equal(-1, b.pop) # both threads have slept once
+      GC.disable
+      before = ObjectSpace.each_object(Thread::Mutex).count
+      49.times { |i| a << i; assert_equal i, b.pop }
+      made = ObjectSpace.each_object(Thread::Mutex).count - before
+      GC.enable
+      assert_operator made, :<=, 2, "mutexes made by 98 sleeping waits"
+      assert_equal [[], []], echo.value
+      assert_equal [], Fiber.current.instance_variables
+    ensure
+      GC.enable
     end
-    a << -1
-    assert_equal(-1, b.pop) # both threads have slept once
-    GC.disable
-    before = ObjectSpace.each_object(Thread::Mutex).count
-    49.times { |i| a << i; assert_equal i, b.pop }
-    made = ObjectSpace.each_object(Thread::Mutex).count - before
-    GC.enable
-    assert_operator made, :<=, 2, "mutexes made by 98 sleeping waits"
-    assert_equal [[], []], echo.value
-    assert_equal [], Fiber.current.instance_variables
-  ensure
-    GC.enable
-    RapidThread.spin_us = saved
   end
 
   # Waits of several fibers of one thread, each on its own mutex, and of
   # a frozen thread and fiber (which cannot keep one: a fresh mutex each).
   def test_waits_of_fibers_and_frozen_fibers
-    saved = RapidThread.spin_us
-    RapidThread.spin_us = 0
-    q = Q.new
-    took = Q.new
-    t = spawn_thread do
-      Thread.current.freeze
-      outer = q.pop
-      inner = Fiber.new do
-        Fiber.current.freeze
-        took << :frozen_fiber
-        q.pop
-      end.resume
-      took << :outer
-      [outer, inner, q.pop]
+    with_spin_us(0) do # every wait sleeps
+      q = Q.new
+      took = Q.new
+      t = spawn_thread do
+        Thread.current.freeze
+        outer = q.pop
+        inner = Fiber.new do
+          Fiber.current.freeze
+          took << :frozen_fiber
+          q.pop
+        end.resume
+        took << :outer
+        [outer, inner, q.pop]
+      end
+      wait_until { t.status == "sleep" }
+      q << 1
+      assert_equal :frozen_fiber, took.pop
+      wait_until { t.status == "sleep" }
+      q << 2
+      assert_equal :outer, took.pop
+      wait_until { t.status == "sleep" }
+      q << 3
+      assert_equal [1, 2, 3], t.value
     end
-    wait_until { t.status == "sleep" }
-    q << 1
-    assert_equal :frozen_fiber, took.pop
-    wait_until { t.status == "sleep" }
-    q << 2
-    assert_equal :outer, took.pop
-    wait_until { t.status == "sleep" }
-    q << 3
-    assert_equal [1, 2, 3], t.value
-  ensure
-    RapidThread.spin_us = saved
   end
 
   def test_spin_settings
@@ -480,6 +473,16 @@ class QueueTest < RapidThreadTest
   end
 
   private
+
+  # Runs the block with RapidThread.spin_us set to `us` (0: every wait
+  # sleeps), and puts it back after.
+  def with_spin_us(us)
+    saved = RapidThread.spin_us
+    RapidThread.spin_us = us
+    yield
+  ensure
+    RapidThread.spin_us = saved
+  end
 
   def drain(q)
     Array.new(q.size) { q.pop(true) }
