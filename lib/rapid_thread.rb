@@ -39,19 +39,24 @@ require_relative "rapid_thread/task"
 # RapidThread.spin_us / RapidThread.spin_us = n
 #   How long, in microseconds, a blocked waiter yields the CPU with the GVL
 #   released, waiting for its wake-up, before it falls back to Ruby's own
-#   sleep. 0 disables the spin. Default 50, or ENV["RAPID_THREAD_SPIN_US"].
+#   sleep. 0 disables the spin (and the park below). Default 50, or
+#   ENV["RAPID_THREAD_SPIN_US"].
 #
 # RapidThread.gvl_spin_us / RapidThread.gvl_spin_us = n
 #   After being woken, how long a waiter keeps yielding until the waker has
 #   released the GVL, so that taking the GVL does not sleep. Default 50, or
 #   ENV["RAPID_THREAD_GVL_SPIN_US"].
 #
-# A wait spins only while its CPU is idle: a spin that noticed its wake-up
-# more than 100 µs late, or whose yield came back that late (another thread
-# needed the CPU), makes every wait sleep at once for a quiet period (1 ms,
-# doubling with each late spin up to 100 ms, halving with each prompt one).
-# RapidThread.spin_stats tells how often that happened
-# ({ late_spins:, quiet: }).
+# A wait spins only while a CPU is free (never on one CPU, nor while other
+# processes leave less than one and a half CPUs free), and a spin that
+# noticed its wake-up more than 100 µs late, or whose yield came back that
+# late, makes every wait skip the spin for a quiet period (1 ms, doubling
+# with each late spin up to 100 ms, halving with each prompt one). Where
+# it may not spin, a wait on a queue or condition variable that woke
+# someone in the last 10 ms parks instead: it sleeps on a futex of its own
+# with the GVL released, for at most 10 ms, before Ruby's sleep.
+# RapidThread.spin_stats counts what was decided
+# ({ spins:, late_spins:, parks:, quiet: }).
 module RapidThread
   self.spin_us = Integer(ENV["RAPID_THREAD_SPIN_US"]) if ENV["RAPID_THREAD_SPIN_US"]
   self.gvl_spin_us = Integer(ENV["RAPID_THREAD_GVL_SPIN_US"]) if ENV["RAPID_THREAD_GVL_SPIN_US"]

@@ -149,18 +149,19 @@ module RapidThreadTestHelpers
     assert_match(/No live threads left. Deadlock\?/, err)
   end
 
-  # Runs Ruby code in a child process with the gem on the load path.
-  # Returns [stdout, stderr, status].
-  def run_ruby(code, timeout: 30)
+  # Runs Ruby code in a child process with the gem on the load path (on
+  # CPU `cpu` only, if given: taskset). Returns [stdout, stderr, status].
+  def run_ruby(code, timeout: 30, cpu: nil)
     lib = File.expand_path("../lib", __dir__)
-    Open3.capture3(RbConfig.ruby, "-I#{lib}", "-rrapid_thread", "-e", code, stdin_data: "", timeout: timeout)
+    pin = cpu ? ["taskset", "-c", cpu.to_s] : []
+    Open3.capture3(*pin, RbConfig.ruby, "-I#{lib}", "-rrapid_thread", "-e", code, stdin_data: "", timeout: timeout)
   end
 
   # run_ruby for a child that must succeed (and, if `quiet`, print nothing
   # on stderr): returns its stdout, and fails the test with the child's
   # status, stderr and stdout otherwise.
-  def child_output(code, timeout: 30, quiet: false)
-    out, err, status = run_ruby(code, timeout: timeout)
+  def child_output(code, timeout: 30, quiet: false, cpu: nil)
+    out, err, status = run_ruby(code, timeout: timeout, cpu: cpu)
     assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
     assert_equal "", err, "the child's stderr" if quiet
     out

@@ -18,10 +18,12 @@ use magnus::{function, prelude::*, Error, RHash, Ruby};
 
 /// `RapidThread.spin_stats`: what the spin policy (crate::spin) decided.
 fn spin_stats(ruby: &Ruby) -> Result<RHash, Error> {
-    let (late_spins, quiet) = spin::stats();
+    let s = spin::stats();
     let h = ruby.hash_new();
-    h.aset(ruby.to_symbol("late_spins"), late_spins)?;
-    h.aset(ruby.to_symbol("quiet"), quiet)?;
+    h.aset(ruby.to_symbol("spins"), s.spins)?;
+    h.aset(ruby.to_symbol("late_spins"), s.late_spins)?;
+    h.aset(ruby.to_symbol("parks"), s.parks)?;
+    h.aset(ruby.to_symbol("quiet"), s.quiet)?;
     Ok(h)
 }
 

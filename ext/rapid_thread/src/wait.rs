@@ -9,12 +9,13 @@
 //! Blocking is two-phase (docs/design-details.md, "Hand-off"):
 //! 1. with the GVL released, yield the CPU for up to `spin_us` waiting for
 //!    the signal, then for up to `gvl_spin_us` until the waker has given
-//!    up the GVL;
+//!    up the GVL; or, where no CPU is free to spin on, park on a futex
+//!    for up to `spin::PARK_LIMIT` (`sys::park`);
 //! 2. otherwise fall back to Ruby's own sleep (`rb_thread_sleep_deadly`),
 //!    which the deadlock detector sees and every interrupt wakes.
 //!
-//! Whether and how long phase 1 spins is the spin policy's call
-//! (`crate::spin`); a fiber with a scheduler never spins.
+//! Whether and how long phase 1 spins or parks is the spin policy's call
+//! (`crate::spin`); a fiber with a scheduler does neither.
 
 use std::time::{Duration, Instant};
 
@@ -22,7 +23,7 @@ use magnus::{Error, Value};
 use rb_sys::VALUE;
 
 use crate::errors;
-use crate::spin;
+use crate::spin::{self, Plan};
 use crate::sys::{self, GvlCell, WaitList, Waiter, QNIL};
 
 /// Runs `wait` with a waiter for the current thread enlisted on the list
@@ -134,12 +135,21 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
     if w.signaled() {
         return Ok(());
     }
-    if let Some(b) = spin::budget(w.list_last_wake(), deadline, sys::thread_alone) {
-        let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);
-        spin::record(seen.noticed_after, seen.cpu_busy);
-        // Interrupts that arrived while spinning are raised here.
+    let plan = spin::plan(w.list_last_wake(), deadline, sys::thread_alone);
+    match &plan {
+        Some(Plan::Spin(b)) => {
+            let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);
+            spin::record(seen.noticed_after, seen.cpu_busy);
+        }
+        Some(Plan::Park(limit)) => sys::park_without_gvl(w, *limit),
+        None => {}
+    }
+    if plan.is_some() {
+        // Interrupts that arrived while spinning or parked are raised here.
         sys::check_ints()?;
-        if w.signaled() {
+        // With `once`, an interrupt ends the wait as it ends Mutex#sleep
+        // (Thread#wakeup arrives as one).
+        if w.signaled() || (once && w.interrupted()) {
             return Ok(());
         }
     }

@@ -1,7 +1,8 @@
 //! Every `unsafe` block of the extension lives in this module and its
 //! files, one per concern: `values` (GvlCell, VALUEs, typed data, GC,
 //! fork generation, conversions), `wait_list` (Waiter, WaitList),
-//! `gvl` (spinning without the GVL), `sleep` (Ruby's sleep, interrupts,
+//! `gvl` (spinning without the GVL), `park` (sleeping on a futex
+//! without the GVL), `sleep` (Ruby's sleep, interrupts,
 //! jumps), `mutex` (ConditionVariable#wait's mutex calls) and `threads`
 //! (thread creation and calls for the thread cache).
 //!
@@ -21,6 +22,7 @@
 
 mod gvl;
 mod mutex;
+mod park;
 mod ractor;
 mod sleep;
 mod threads;
@@ -29,6 +31,7 @@ mod wait_list;
 
 pub use gvl::*;
 pub use mutex::*;
+pub use park::*;
 pub use ractor::*;
 pub use sleep::*;
 pub use threads::*;

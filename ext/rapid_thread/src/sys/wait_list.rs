@@ -2,7 +2,7 @@
 
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use magnus::rb_sys::protect;
@@ -35,6 +35,13 @@ pub struct Waiter {
     pub(super) signaled_at: AtomicU64,
     /// True once the waiter may be in a Ruby sleep and needs a real wake-up.
     sleeping: Cell<bool>,
+    /// The futex word a parked waiter sleeps on without the GVL
+    /// (sys::park): 0 while it may sleep; the waker sets PARK_SIGNALED,
+    /// the unblock function another bit.
+    pub(super) park_word: AtomicU32,
+    /// Set while the waiter may be parked on `park_word`: its waker must
+    /// wake the futex.
+    pub(super) parked: AtomicBool,
     /// When the list last woke anyone, as seen when this waiter entered.
     list_last_wake: Cell<Option<Instant>>,
     thread: VALUE,
@@ -80,6 +87,8 @@ impl Waiter {
             wake_epoch: AtomicU64::new(0),
             signaled_at: AtomicU64::new(0),
             sleeping: Cell::new(false),
+            park_word: AtomicU32::new(0),
+            parked: AtomicBool::new(false),
             list_last_wake: Cell::new(None),
             thread,
             fiber,
@@ -119,6 +128,12 @@ impl Waiter {
         self.signaled.load(Ordering::Acquire)
     }
 
+    /// Whether an unblock function ended a spin or park of this wait
+    /// (Thread#raise, kill, a signal, Thread#wakeup).
+    pub fn interrupted(&self) -> bool {
+        self.interrupted.load(Ordering::SeqCst)
+    }
+
     /// Whether the waiter blocks through a fiber scheduler.
     pub fn has_scheduler(&self) -> bool {
         self.scheduler != QNIL
@@ -148,6 +163,15 @@ impl Waiter {
             self.signaled.store(true, Ordering::Release);
         }
         head.signaled.store(true, Ordering::Release);
+        // Set the futex word, then look whether the waiter is parked on it
+        // (it announces that before its last look at the word): one of the
+        // two sees the other (SeqCst on both sides). Woken here, where the
+        // waiter is sure to be in its frame (it must take the GVL to leave
+        // it), so that no pointer to the word outlives this call.
+        head.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
+        if head.parked.load(Ordering::SeqCst) {
+            futex_wake(&head.park_word);
+        }
         WakeTarget {
             thread: head.thread,
             fiber: head.fiber,
@@ -184,7 +208,8 @@ impl WakeTarget {
             // for a dead thread.
             Ok(unsafe { rb_sys::rb_thread_wakeup_alive(self.thread) } != QNIL)
         } else {
-            // Spinning without the GVL: the signal flag is all it needs.
+            // Spinning without the GVL: the signal flag is all it needs
+            // (a parked waiter was woken by `signal`).
             Ok(true)
         }
     }

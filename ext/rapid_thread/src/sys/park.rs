@@ -1,0 +1,138 @@
+//! Parking: the first phase of a wait where no CPU is free to spin on.
+//! The waiter gives up the GVL and sleeps on a futex word in its `Waiter`
+//! until its waker sets the word and wakes it, an interrupt's unblock
+//! function wakes it, or a time limit passes; then it takes the GVL back
+//! as any thread leaving a blocking region does.
+//!
+//! Why not Ruby's sleep at once: Ruby wakes a sleeping thread by signalling
+//! a condition variable while holding the thread's interrupt lock, so on a
+//! busy CPU the woken thread often runs at once, finds the lock held, and
+//! sleeps again before it can go on (docs/design-details.md, "Parking:
+//! where no CPU is free to spin on").
+//! A futex word needs no lock.
+//!
+//! Why not park for good: a parked thread is in a blocking region, which
+//! Ruby's deadlock detector does not count as asleep. The limit (see
+//! `crate::spin`) hands the wait to Ruby's sleep in time.
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// Sleeps while `word` holds `expected`, for at most `timeout`. It may
+/// return early or spuriously: callers re-check.
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i32::MAX as u64) as _,
+        tv_nsec: timeout.subsec_nanos() as _,
+    };
+    // SAFETY: `word` and `ts` outlive the call; FUTEX_WAIT only reads them
+    // (EINTR, EAGAIN and ETIMEDOUT are all "re-check").
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Wakes a thread parked on `word`, if any. A plain system call: safe
+/// inside a signal handler, and while a `GvlCell` is borrowed.
+pub(super) fn futex_wake(word: &AtomicU32) {
+    // SAFETY: FUTEX_WAKE uses the address only as a key; it never reads or
+    // writes the memory.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            1,
+        );
+    }
+}
+
+struct ParkArgs<'a> {
+    w: &'a Waiter,
+    limit: Duration,
+}
+
+fn park_phase(a: &ParkArgs) {
+    // A spinner waiting for its waker to give up the GVL may be waiting
+    // for us.
+    note_gvl_release();
+    let w = a.w;
+    let start = Instant::now();
+    // Announced before the last look at the word: a waker that signals
+    // after this sees it and wakes the futex, and one that signalled
+    // before left the word set, so FUTEX_WAIT returns at once (both sides
+    // SeqCst: see Waiter::signal). The unblock function sets the word too,
+    // so an interrupt that lands between the look and FUTEX_WAIT is not
+    // lost either.
+    w.parked.store(true, Ordering::SeqCst);
+    while w.park_word.load(Ordering::SeqCst) == 0 {
+        let spent = start.elapsed();
+        if spent >= a.limit {
+            break;
+        }
+        futex_wait(&w.park_word, 0, a.limit - spent);
+    }
+    w.parked.store(false, Ordering::SeqCst);
+}
+
+unsafe extern "C" fn park_nogvl(arg: *mut c_void) -> *mut c_void {
+    // SAFETY: `arg` is the `ParkArgs` on the caller's stack, alive for the
+    // whole call. A panic here would abort (extern "C"); nothing in
+    // park_phase panics.
+    park_phase(&*(arg as *const ParkArgs));
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn park_ubf(arg: *mut c_void) {
+    // SAFETY: `arg` is the waiter, alive while its wait runs (the unblock
+    // function is only called while the wait is in its blocking region).
+    let w = &*(arg as *const Waiter);
+    w.interrupted.store(true, Ordering::SeqCst);
+    w.park_word.fetch_or(PARK_INTERRUPTED, Ordering::SeqCst);
+    futex_wake(&w.park_word);
+}
+
+/// `Waiter::park_word` bits: signaled by a waker, or interrupted.
+pub(super) const PARK_SIGNALED: u32 = 1;
+const PARK_INTERRUPTED: u32 = 2;
+
+/// Parks the current thread with the GVL released until `w` is signaled,
+/// an interrupt arrives (Thread#raise, kill, a signal, Thread#wakeup) or
+/// `limit` passes. Returns with the GVL held; never raises (the caller runs
+/// pending interrupts; `Waiter::interrupted` tells whether one ended it).
+pub fn park_without_gvl(w: &Waiter, limit: Duration) {
+    // A Waiter serves one wait: an interrupt flag left from an earlier
+    // phase would end this one at once.
+    debug_assert!(!w.interrupted.load(Ordering::SeqCst));
+    let args = ParkArgs { w, limit };
+    // SAFETY: both pointers refer to locals that outlive the call; the
+    // unblock function only stores an atomic flag and wakes the futex.
+    // The `2` variant never raises (it skips `park_nogvl` when an
+    // interrupt is pending); the caller runs interrupts under rb_protect.
+    unsafe {
+        rb_sys::rb_thread_call_without_gvl2(
+            Some(park_nogvl),
+            &args as *const ParkArgs as *mut c_void,
+            Some(park_ubf),
+            w as *const Waiter as *mut c_void,
+        );
+    }
+}
+
+/// Whether this Ruby has M:N threads (3.3+; `RUBY_MN_THREADS`).
+pub fn ruby_has_mn_threads() -> bool {
+    (
+        rb_sys::RUBY_API_VERSION_MAJOR,
+        rb_sys::RUBY_API_VERSION_MINOR,
+    ) >= (3, 3)
+}

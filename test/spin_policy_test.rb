@@ -1,0 +1,111 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "etc"
+
+# The spin policy's choices (ext/rapid_thread/src/spin.rs; docs/design-details.md,
+# "Fair under load" and "Parking"), seen through RapidThread.spin_stats in
+# child processes. Where no CPU is free to spin on, an active wait parks:
+# it sleeps on a futex of its own with the GVL released, for at most 10 ms,
+# then in Ruby's sleep. Children pinned to one CPU (taskset) never spin, so
+# there every active wait parks.
+class SpinPolicyTest < Minitest::Test
+  include RapidThreadTestHelpers
+
+  # Parking is off under M:N threads (Ruby 3.3+ with RUBY_MN_THREADS > 0;
+  # spin.rs, `parking_allowed`): waits that may not spin sleep in Ruby.
+  PARKS = !(RUBY_VERSION >= "3.3" && ENV["RUBY_MN_THREADS"].to_i.positive?)
+
+  PING_PONG = <<~'RUBY'
+    ping = RapidThread::Queue.new
+    pong = RapidThread::Queue.new
+    echo = Thread.new { while (v = ping.pop) do pong << v end }
+    sum = 0
+    2000.times { |i| ping << i; sum += pong.pop }
+    ping << nil
+    echo.join
+    s = RapidThread.spin_stats
+    puts sum, s[:spins], s[:parks] > 1000, s[:parks].zero?
+  RUBY
+
+  # Every round trip makes at least one thread wait on an active list.
+  def test_waits_on_one_cpu_park_instead_of_spinning_and_lose_nothing
+    assert_equal "#{(0...2000).sum}\n0\n#{PARKS}\n#{!PARKS}\n", child_output(PING_PONG, cpu: 0)
+  end
+
+  # Go's rule: spin only while a CPU is idle. A CPU-bound process per core
+  # beside the program leaves none, and the waits park from the start (the
+  # first 100 ms, before /proc/stat's first window, go by /proc/loadavg).
+  # Without that rule the first waits spin, and only their lateness stops
+  # the next ones.
+  def test_waits_do_not_spin_while_other_processes_take_every_cpu
+    skip "needs more than one CPU" if Etc.nprocessors < 2
+    hogs = Etc.nprocessors.times.map { |cpu| Process.spawn("taskset", "-c", cpu.to_s, RbConfig.ruby, "-e", "loop { }") }
+    begin
+      assert_equal "#{(0...2000).sum}\n0\n#{PARKS}\n#{!PARKS}\n", child_output(PING_PONG)
+    ensure
+      hogs.each { |pid| Process.kill(:KILL, pid) }
+      hogs.each { |pid| Process.wait(pid) }
+    end
+  end
+
+  # A parked thread is in a blocking region, which Ruby's deadlock detector
+  # does not count as asleep; the 10 ms limit hands it to Ruby's sleep, so
+  # a deadlock among parked threads is still reported as stock reports it
+  # (a park without a limit hangs here).
+  def test_threads_parked_in_a_deadlock_are_reported_as_stock_reports_them
+    code = <<~'RUBY'
+      a = QUEUE.new
+      b = QUEUE.new
+      t = Thread.new do
+        100.times { b << a.pop }
+        a.pop # waits for good
+      end
+      100.times { |i| a << i; b.pop }
+      begin
+        b.pop # waits for good: each thread waits for the other
+      rescue Exception => e
+        puts e.class, e.message.lines.first
+      end
+      puts RapidThread.spin_stats[:parks] > 0 if QUEUE == RapidThread::Queue
+    RUBY
+    stock = child_output("QUEUE = Thread::Queue\n#{code}", cpu: 0)
+    assert_match(/\Afatal\n.*Deadlock/, stock)
+    assert_equal "#{stock}#{PARKS}\n", child_output("QUEUE = RapidThread::Queue\n#{code}", cpu: 0)
+  end
+
+  # ConditionVariable#wait ends on Thread#wakeup as Mutex#sleep does, also
+  # while parked (the wake-up arrives as an interrupt there); the hand-offs
+  # before it keep the condition variable's list active, so it parks.
+  def test_thread_wakeup_ends_a_parked_condition_variable_wait_as_it_ends_stocks
+    code = <<~'RUBY'
+      m = Mutex.new
+      cv = CV.new
+      turn = :main
+      t = Thread.new do
+        m.synchronize do
+          200.times do
+            cv.wait(m) until turn == :t
+            turn = :main
+            cv.signal
+          end
+          cv.wait(m) # no predicate: Thread#wakeup ends it
+          :woken
+        end
+      end
+      200.times do
+        m.synchronize do
+          turn = :t
+          cv.signal
+          cv.wait(m) until turn == :main
+        end
+      end
+      Thread.pass until t.stop?
+      t.wakeup
+      puts t.value
+      puts RapidThread.spin_stats[:parks] > 0 if CV == RapidThread::ConditionVariable
+    RUBY
+    assert_equal "woken\n", child_output("CV = Thread::ConditionVariable\n#{code}", cpu: 0)
+    assert_equal "woken\n#{PARKS}\n", child_output("CV = RapidThread::ConditionVariable\n#{code}", cpu: 0)
+  end
+end
