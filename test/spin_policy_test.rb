@@ -34,15 +34,16 @@ class SpinPolicyTest < Minitest::Test
   end
 
   # Go's rule: spin only while a CPU is idle. A CPU-bound process per core
-  # beside the program leaves none, and the waits park from the start (the
+  # beside the program leaves none, and no wait spins, from the start (the
   # first 100 ms, before /proc/stat's first window, go by /proc/loadavg).
   # Without that rule the first waits spin, and only their lateness stops
-  # the next ones.
+  # the next ones. (Whether they park depends on where the scheduler puts
+  # the two threads: only a wake-up from the waiter's own CPU is cheap.)
   def test_waits_do_not_spin_while_other_processes_take_every_cpu
     skip "needs more than one CPU" if Etc.nprocessors < 2
     hogs = Etc.nprocessors.times.map { |cpu| Process.spawn("taskset", "-c", cpu.to_s, RbConfig.ruby, "-e", "loop { }") }
     begin
-      assert_equal "#{(0...2000).sum}\n0\n#{PARKS}\n#{!PARKS}\n", child_output(PING_PONG)
+      assert_equal "#{(0...2000).sum}\n0\n", child_output(PING_PONG).lines.first(2).join
     ensure
       hogs.each { |pid| Process.kill(:KILL, pid) }
       hogs.each { |pid| Process.wait(pid) }

@@ -245,11 +245,30 @@ fn quiet() -> bool {
 /// one CPU to run on, or no CPU to spare (one coarse clock read for both
 /// of the latter).
 fn spins_off() -> bool {
+    off_reason().is_some()
+}
+
+/// Why no wait may spin now (None: spins are allowed).
+#[derive(Clone, Copy, PartialEq)]
+enum Off {
+    /// The process may run on one CPU only.
+    OneCpu,
+    /// No CPU to spare, or a quiet period after a late spin.
+    Busy,
+}
+
+fn off_reason() -> Option<Off> {
     if quiet() {
-        return true;
+        return Some(Off::Busy);
     }
     let now = sys::coarse_monotonic_ns();
-    one_cpu(now) || no_free_cpu(now)
+    if one_cpu(now) {
+        Some(Off::OneCpu)
+    } else if no_free_cpu(now) {
+        Some(Off::Busy)
+    } else {
+        None
+    }
 }
 
 /// What a wait does before Ruby's sleep.
@@ -261,12 +280,23 @@ pub enum Plan {
 }
 
 /// The first phase of a wait on a list that last woke someone at
-/// `list_last_wake`, until `deadline`; None: Ruby's sleep at once (the
-/// list is idle, the thread alone, or `spin_us` is 0, which turns the
-/// first phase off). `alone` is asked last (it is a call into Ruby): a
-/// lone thread has nobody to wake it.
+/// `list_last_wake`, from CPU `list_last_wake_cpu` (-1: unknown), until
+/// `deadline`; None: Ruby's sleep at once (the list is idle, the thread
+/// alone, or `spin_us` is 0, which turns the first phase off). `alone` is
+/// asked last (it is a call into Ruby): a lone thread has nobody to wake
+/// it.
+///
+/// Where spins are off, a wait parks if its wake-up will likely come from
+/// its own CPU: always with one CPU; on a busy machine, when the list's
+/// last waker ran on the CPU this thread runs on now. A futex wake-up
+/// from another CPU beside busy processes cost far more than Ruby's sleep
+/// (a ping-pong beside a CPU-bound process pinned to each core: 4.6x
+/// stock's CPU time, most of it in the kernel's cross-CPU wake-up), while
+/// a local one costs less (the same, pinned to one CPU: 9 µs per round
+/// trip).
 pub fn plan(
     list_last_wake: Option<Instant>,
+    list_last_wake_cpu: i32,
     deadline: Option<Instant>,
     alone: impl FnOnce() -> bool,
 ) -> Option<Plan> {
@@ -274,13 +304,15 @@ pub fn plan(
     if spin_us == 0 {
         return None;
     }
-    let off = spins_off();
+    let off = off_reason();
     if list_last_wake.is_none_or(|t| t.elapsed() >= ACTIVE_WINDOW) || alone() {
         return None;
     }
-    if off {
+    if let Some(why) = off {
+        let local = why == Off::OneCpu
+            || (list_last_wake_cpu >= 0 && sys::current_cpu() == list_last_wake_cpu);
         let limit = until_deadline(PARK_LIMIT, deadline);
-        if limit.is_zero() || !parking_allowed() {
+        if !local || limit.is_zero() || !parking_allowed() {
             return None;
         }
         PARKS.fetch_add(1, Ordering::Relaxed);

@@ -142,11 +142,12 @@ impl State {
     }
 }
 
-/// When a task last finished (under the GVL). A new task's joiner list
-/// starts from it, so that a join right after recent completions spins
-/// for the hand-off as a busy queue's pop does (wait.rs, ACTIVE_WINDOW),
-/// while joins of long-running tasks go straight to sleep.
-static LAST_FINISH: GvlCell<Option<Instant>> = GvlCell::new(None);
+/// When a task last finished (under the GVL), and on which CPU (-1:
+/// unknown). A new task's joiner list starts from it, so that a join right
+/// after recent completions spins (or parks) for the hand-off as a busy
+/// queue's pop does (crate::spin, ACTIVE_WINDOW), while joins of
+/// long-running tasks go straight to sleep.
+static LAST_FINISH: GvlCell<(Option<Instant>, i32)> = GvlCell::new((None, -1));
 
 fn joiners(s: &mut State) -> &mut WaitList {
     &mut s.fresh().joiners
@@ -240,7 +241,8 @@ impl Task {
                 placement,
                 joiners: {
                     let mut l = WaitList::new();
-                    l.set_last_wake(LAST_FINISH.with(|t| *t));
+                    let (at, cpu) = LAST_FINISH.with(|t| *t);
+                    l.set_last_wake(at, cpu);
                     l
                 },
                 fork_gen: sys::fork_generation(),
@@ -301,7 +303,7 @@ impl Task {
             s.thread = QNIL;
             s.block = QNIL;
         });
-        LAST_FINISH.with(|t| *t = Some(Instant::now()));
+        LAST_FINISH.with(|t| *t = (Some(Instant::now()), sys::current_cpu()));
         wait::wake_all(&self.state, joiners)
     }
 

@@ -135,7 +135,12 @@ pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Er
     if w.signaled() {
         return Ok(());
     }
-    let plan = spin::plan(w.list_last_wake(), deadline, sys::thread_alone);
+    let plan = spin::plan(
+        w.list_last_wake(),
+        w.list_last_wake_cpu(),
+        deadline,
+        sys::thread_alone,
+    );
     match &plan {
         Some(Plan::Spin(b)) => {
             let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);

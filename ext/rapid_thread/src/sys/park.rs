@@ -136,3 +136,9 @@ pub fn ruby_has_mn_threads() -> bool {
         rb_sys::RUBY_API_VERSION_MINOR,
     ) >= (3, 3)
 }
+
+/// The CPU the calling thread runs on now (-1 if unknown).
+pub fn current_cpu() -> i32 {
+    // SAFETY: a plain query (glibc reads it from rseq or the vDSO).
+    unsafe { libc::sched_getcpu() }
+}

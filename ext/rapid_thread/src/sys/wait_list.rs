@@ -44,6 +44,8 @@ pub struct Waiter {
     pub(super) parked: AtomicBool,
     /// When the list last woke anyone, as seen when this waiter entered.
     list_last_wake: Cell<Option<Instant>>,
+    /// The CPU the list's last waker ran on (-1: unknown), as seen at entry.
+    list_last_wake_cpu: Cell<i32>,
     thread: VALUE,
     fiber: VALUE,
     /// The fiber scheduler to unblock through, or nil.
@@ -90,6 +92,7 @@ impl Waiter {
             park_word: AtomicU32::new(0),
             parked: AtomicBool::new(false),
             list_last_wake: Cell::new(None),
+            list_last_wake_cpu: Cell::new(-1),
             thread,
             fiber,
             scheduler,
@@ -142,6 +145,11 @@ impl Waiter {
     /// When the list this waiter is on last woke a waiter (at entry).
     pub fn list_last_wake(&self) -> Option<Instant> {
         self.list_last_wake.get()
+    }
+
+    /// The CPU the list's last waker ran on (-1: unknown), at entry.
+    pub fn list_last_wake_cpu(&self) -> i32 {
+        self.list_last_wake_cpu.get()
     }
 
     pub fn set_sleeping(&self) {
@@ -227,8 +235,10 @@ pub struct WaitList {
     waiting: usize,
     /// Waiters on the list now (`waiting` less those handed out).
     linked: usize,
-    /// When `pop_front` or `pop_back` last handed out a waiter (a wake-up).
+    /// When `pop_front` or `pop_back` last handed out a waiter (a wake-up),
+    /// and the CPU the waker ran on then (-1: unknown).
     last_wake: Option<Instant>,
+    last_wake_cpu: i32,
 }
 
 impl Default for WaitList {
@@ -245,6 +255,7 @@ impl WaitList {
             waiting: 0,
             linked: 0,
             last_wake: None,
+            last_wake_cpu: -1,
         }
     }
 
@@ -266,8 +277,9 @@ impl WaitList {
     /// Seeds when the list last woke someone, for a new list that stands
     /// in for an older one (each Task has its own joiner list, but joins
     /// of tasks follow each other as pops of a queue do).
-    pub fn set_last_wake(&mut self, t: Option<Instant>) {
+    pub fn set_last_wake(&mut self, t: Option<Instant>, cpu: i32) {
         self.last_wake = t;
+        self.last_wake_cpu = cpu;
     }
 
     /// Appends `w`.
@@ -288,10 +300,12 @@ impl WaitList {
         self.linked += 1;
         w.fork_gen.set(fork_generation());
         w.list_last_wake.set(self.last_wake);
+        w.list_last_wake_cpu.set(self.last_wake_cpu);
         // A group is as active as the most active of its lists.
         let head = w.head();
         if self.last_wake > head.list_last_wake.get() {
             head.list_last_wake.set(self.last_wake);
+            head.list_last_wake_cpu.set(self.last_wake_cpu);
         }
         self.waiting += 1;
     }
@@ -340,6 +354,7 @@ impl WaitList {
                 continue;
             }
             self.last_wake = Some(Instant::now());
+            self.last_wake_cpu = current_cpu();
             // SAFETY: as above; the lifetime is tied to `&mut self`, i.e.
             // to a region during which the GVL is held.
             return Some(unsafe { &*(w as *const Waiter) });
