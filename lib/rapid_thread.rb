@@ -52,8 +52,8 @@ require_relative "rapid_thread/task"
 # noticed its wake-up more than 100 µs late, or whose yield came back that
 # late, makes every wait skip the spin for a quiet period (1 ms, doubling
 # with each late spin up to 100 ms, halving with each prompt one). Where
-# it may not spin, a wait on a queue or condition variable that woke
-# someone in the last 10 ms parks instead: it sleeps on a futex of its own
+# it may not spin (and on Ruby 3.1/3.2 only), a wait on a queue or
+# condition variable that woke someone in the last 10 ms parks instead: it sleeps on a futex of its own
 # with the GVL released, for at most 10 ms, before Ruby's sleep.
 # RapidThread.spin_stats counts what was decided
 # ({ spins:, late_spins:, parks:, quiet: }).

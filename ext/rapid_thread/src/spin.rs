@@ -41,7 +41,9 @@
 //! nothing; it is woken by its waker at once, as stock's sleeping waiter
 //! is, but without the lock hand-off of Ruby's sleep: a pinned ping-pong
 //! made 7.6 context switches per round trip in Ruby's sleep (stock: 7.9),
-//! fewer parked.
+//! 5.0 parked. On a busy machine only where the wake-up will come from the
+//! waiter's own CPU (see [`plan`]), and on Ruby 3.1/3.2 only (see
+//! `parking_allowed`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -73,21 +75,18 @@ pub const MAX_QUIET: Duration = Duration::from_millis(100);
 /// with a 50 µs limit, 12 µs with 1 ms, 4.9 µs with 10 ms and with none).
 pub const PARK_LIMIT: Duration = Duration::from_millis(10);
 
-/// Whether waits may park: not under M:N threads (Ruby 3.3+ started with
-/// `RUBY_MN_THREADS` > 0, read as Ruby reads it). There, parked threads
-/// made other threads' IO waits fail with IO::TimeoutError on 3.4.5 (4 of
-/// thread_cache_test's 63 tests, in the test process's own pipe readers);
-/// a spin's blocking region, 100 µs at most, did not. Not understood: a
-/// parked M:N thread holds a native thread of its own for up to 10 ms.
+/// Whether waits may park: on Ruby 3.1 and 3.2 only. On 3.3.8 parking
+/// bought nothing and cost on one CPU, where 3.3's own sleep already hands
+/// over fast (pinned, 7 interleaved rounds, x stock, parked / not:
+/// condvar2 0.76 / 0.88, sized_queue3 1.02 / 1.53, condvar1 0.85 / 0.88,
+/// handoff_pingpong 0.93 / 0.98, sized_queue2 0.87 / 0.96; beside a busy
+/// process per core, 9 rounds: condvar1 3.75 / 3.97, handoff 1.00 / 1.01,
+/// sized_queue 1.52 / 1.50, create_join 7.34 / 6.62). And under M:N
+/// threads (3.4.5, RUBY_MN_THREADS=1) parked threads made other threads'
+/// IO waits fail with IO::TimeoutError (4 of thread_cache_test's 63 tests,
+/// in the test process's own pipe readers; not understood).
 fn parking_allowed() -> bool {
-    static ALLOWED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ALLOWED.get_or_init(|| {
-        let mn = std::env::var("RUBY_MN_THREADS")
-            .ok()
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .is_some_and(|n| n > 0);
-        !(sys::ruby_has_mn_threads() && mn)
-    })
+    !sys::ruby_3_3_or_later()
 }
 
 /// A wait list counts as active when it woke someone within this window.
@@ -258,13 +257,10 @@ enum Off {
 }
 
 fn off_reason() -> Option<Off> {
-    if quiet() {
-        return Some(Off::Busy);
-    }
     let now = sys::coarse_monotonic_ns();
     if one_cpu(now) {
         Some(Off::OneCpu)
-    } else if no_free_cpu(now) {
+    } else if quiet() || no_free_cpu(now) {
         Some(Off::Busy)
     } else {
         None
@@ -305,18 +301,21 @@ pub fn plan(
         return None;
     }
     let off = off_reason();
-    if list_last_wake.is_none_or(|t| t.elapsed() >= ACTIVE_WINDOW) || alone() {
+    if list_last_wake.is_none_or(|t| t.elapsed() >= ACTIVE_WINDOW) {
         return None;
     }
     if let Some(why) = off {
         let local = why == Off::OneCpu
             || (list_last_wake_cpu >= 0 && sys::current_cpu() == list_last_wake_cpu);
         let limit = until_deadline(PARK_LIMIT, deadline);
-        if !local || limit.is_zero() || !parking_allowed() {
+        if !local || limit.is_zero() || !parking_allowed() || alone() {
             return None;
         }
         PARKS.fetch_add(1, Ordering::Relaxed);
         return Some(Plan::Park(limit));
+    }
+    if alone() {
+        return None;
     }
     SPINS.fetch_add(1, Ordering::Relaxed);
     Some(Plan::Spin(Budget {

@@ -129,8 +129,9 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration) {
     }
 }
 
-/// Whether this Ruby has M:N threads (3.3+; `RUBY_MN_THREADS`).
-pub fn ruby_has_mn_threads() -> bool {
+/// Whether the extension was built for Ruby 3.3 or later (its thread
+/// scheduler, M:N threads).
+pub fn ruby_3_3_or_later() -> bool {
     (
         rb_sys::RUBY_API_VERSION_MAJOR,
         rb_sys::RUBY_API_VERSION_MINOR,
