@@ -185,19 +185,52 @@ fn spin_phase(a: &SpinArgs) {
     }
 }
 
-unsafe extern "C" fn spin_nogvl(arg: *mut c_void) -> *mut c_void {
-    // SAFETY: `arg` is the `SpinArgs` on the caller's stack, alive for the
-    // whole call. A panic here would abort (extern "C"), and nothing in
-    // spin_phase panics.
-    spin_phase(&*(arg as *const SpinArgs));
-    ptr::null_mut()
+struct NoGvl<B> {
+    body: Option<B>,
+    ran: bool,
 }
 
-unsafe extern "C" fn spin_ubf(arg: *mut c_void) {
-    // SAFETY: `arg` is the waiter, alive while its wait runs.
-    (*(arg as *const Waiter))
-        .interrupted
-        .store(true, Ordering::Relaxed);
+/// Runs `body` with the GVL released and `ubf(ubf_arg)` as its unblock
+/// function (Thread#raise, kill, signals, Thread#wakeup), and returns with
+/// the GVL held: whether `body` ran. The `2` variant matters: plain
+/// rb_thread_call_without_gvl runs pending interrupts on the way out and
+/// may longjmp over our frames; this one skips `body` when an interrupt is
+/// pending and runs none, and the caller runs them itself under
+/// rb_protect. Never raises; a panic in `body` aborts (it must not unwind
+/// into C).
+///
+/// # Safety
+/// `ubf` may be called from another thread (or a signal handler) while
+/// `body` runs, with `ubf_arg`, which must stay valid for the whole call.
+/// `body` must not touch Ruby.
+pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
+    body: B,
+    ubf: unsafe extern "C" fn(*mut c_void),
+    ubf_arg: *const c_void,
+) -> bool {
+    unsafe extern "C" fn run<B: FnOnce()>(arg: *mut c_void) -> *mut c_void {
+        // SAFETY: `arg` is the NoGvl on call_without_gvl's stack, alive for
+        // the whole call.
+        let a = &mut *(arg as *mut NoGvl<B>);
+        if let Some(b) = a.body.take() {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(b)).is_err() {
+                std::process::abort();
+            }
+        }
+        a.ran = true;
+        ptr::null_mut()
+    }
+    let mut a = NoGvl {
+        body: Some(body),
+        ran: false,
+    };
+    rb_sys::rb_thread_call_without_gvl2(
+        Some(run::<B>),
+        &mut a as *mut NoGvl<B> as *mut c_void,
+        Some(ubf),
+        ubf_arg as *mut c_void,
+    );
+    a.ran
 }
 
 /// Spins for the signal with the GVL released (two-phase, see
@@ -218,20 +251,16 @@ pub fn spin_without_gvl(
         noticed_after: Cell::new(None),
         cpu_busy: Cell::new(false),
     };
-    // SAFETY: both pointers refer to locals that outlive the call; the
-    // unblock function only stores an atomic flag. The `2` variant matters:
-    // plain rb_thread_call_without_gvl runs pending interrupts on the way
-    // out and may longjmp over our frames; this one never raises (it skips
-    // `spin_nogvl` when an interrupt is pending), and the caller runs
-    // interrupts itself under rb_protect.
+    // SAFETY: `args` and the waiter outlive the call; the unblock function
+    // only touches the waiter's atomics and wakes its futex (sys::park);
+    // spin_phase does not touch Ruby.
     unsafe {
-        rb_sys::rb_thread_call_without_gvl2(
-            Some(spin_nogvl),
-            &args as *const SpinArgs as *mut c_void,
-            Some(spin_ubf),
-            w as *const Waiter as *mut c_void,
-        );
-    }
+        call_without_gvl(
+            || spin_phase(&args),
+            interrupt_waiter,
+            w as *const Waiter as *const c_void,
+        )
+    };
     SpinReport {
         noticed_after: args.noticed_after.get(),
         cpu_busy: args.cpu_busy.get(),
@@ -245,10 +274,7 @@ struct YieldArgs {
     cpu_busy: AtomicBool,
 }
 
-unsafe extern "C" fn yield_nogvl(arg: *mut c_void) -> *mut c_void {
-    // SAFETY: `arg` is the YieldArgs on the caller's stack, alive for the
-    // whole call; nothing here panics.
-    let a = &*(arg as *const YieldArgs);
+fn yield_phase(a: &YieldArgs) {
     let epoch = GVL_RELEASES.load(Ordering::Acquire);
     let start = Instant::now();
     while GVL_RELEASES.load(Ordering::Acquire) == epoch
@@ -260,7 +286,6 @@ unsafe extern "C" fn yield_nogvl(arg: *mut c_void) -> *mut c_void {
             break;
         }
     }
-    ptr::null_mut()
 }
 
 unsafe extern "C" fn yield_ubf(arg: *mut c_void) {
@@ -283,11 +308,9 @@ pub fn yield_gvl(budget: Duration, yield_cpu: YieldCpu) -> bool {
         interrupted: AtomicBool::new(false),
         cpu_busy: AtomicBool::new(false),
     };
-    let p = &args as *const YieldArgs as *mut c_void;
+    let p = &args as *const YieldArgs as *const c_void;
     // SAFETY: `args` outlives the call; the unblock function only stores
-    // an atomic flag; the `2` variant never raises (see spin_without_gvl).
-    unsafe {
-        rb_sys::rb_thread_call_without_gvl2(Some(yield_nogvl), p, Some(yield_ubf), p);
-    }
+    // an atomic flag; yield_phase does not touch Ruby.
+    unsafe { call_without_gvl(|| yield_phase(&args), yield_ubf, p) };
     args.cpu_busy.load(Ordering::Relaxed)
 }

@@ -16,7 +16,6 @@
 //! `crate::spin`) hands the wait to Ruby's sleep in time.
 
 use std::ffi::c_void;
-use std::ptr;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -57,45 +56,31 @@ pub(super) fn futex_wake(word: &AtomicU32) {
     }
 }
 
-struct ParkArgs<'a> {
-    w: &'a Waiter,
-    limit: Duration,
-}
-
-fn park_phase(a: &ParkArgs) {
+fn park_phase(w: &Waiter, limit: Duration) {
     // A spinner waiting for its waker to give up the GVL may be waiting
     // for us.
     note_gvl_release();
-    let w = a.w;
     let start = Instant::now();
-    // Announced before the last look at the word: a waker that signals
-    // after this sees it and wakes the futex, and one that signalled
-    // before left the word set, so FUTEX_WAIT returns at once (both sides
-    // SeqCst: see Waiter::signal). The unblock function sets the word too,
-    // so an interrupt that lands between the look and FUTEX_WAIT is not
-    // lost either.
-    w.parked.store(true, Ordering::SeqCst);
+    // The waker sets the word before it wakes the futex, and the unblock
+    // function too, so a wake-up or interrupt that lands between the look
+    // at the word and FUTEX_WAIT makes it return at once.
     while w.park_word.load(Ordering::SeqCst) == 0 {
         let spent = start.elapsed();
-        if spent >= a.limit {
+        if spent >= limit {
             break;
         }
-        futex_wait(&w.park_word, 0, a.limit - spent);
+        futex_wait(&w.park_word, 0, limit - spent);
     }
-    w.parked.store(false, Ordering::SeqCst);
 }
 
-unsafe extern "C" fn park_nogvl(arg: *mut c_void) -> *mut c_void {
-    // SAFETY: `arg` is the `ParkArgs` on the caller's stack, alive for the
-    // whole call. A panic here would abort (extern "C"); nothing in
-    // park_phase panics.
-    park_phase(&*(arg as *const ParkArgs));
-    ptr::null_mut()
-}
-
-unsafe extern "C" fn park_ubf(arg: *mut c_void) {
-    // SAFETY: `arg` is the waiter, alive while its wait runs (the unblock
-    // function is only called while the wait is in its blocking region).
+/// The unblock function of a waiter's spin or park: marks it interrupted
+/// and, if it is parked, wakes it. Only atomics and a system call: safe
+/// from another thread and from a signal handler.
+///
+/// # Safety
+/// `arg` is the waiter, alive while its wait runs (Ruby calls the unblock
+/// function only while the wait is in its blocking region).
+pub(super) unsafe extern "C" fn interrupt_waiter(arg: *mut c_void) {
     let w = &*(arg as *const Waiter);
     w.interrupted.store(true, Ordering::SeqCst);
     w.park_word.fetch_or(PARK_INTERRUPTED, Ordering::SeqCst);
@@ -114,19 +99,20 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration) {
     // A Waiter serves one wait: an interrupt flag left from an earlier
     // phase would end this one at once.
     debug_assert!(!w.interrupted.load(Ordering::SeqCst));
-    let args = ParkArgs { w, limit };
-    // SAFETY: both pointers refer to locals that outlive the call; the
-    // unblock function only stores an atomic flag and wakes the futex.
-    // The `2` variant never raises (it skips `park_nogvl` when an
-    // interrupt is pending); the caller runs interrupts under rb_protect.
+    // Under the GVL, as the waker reads it: set from before the GVL is
+    // released until it is taken back.
+    w.parked.set(true);
+    // SAFETY: the waiter outlives the call; the unblock function only
+    // touches the waiter's atomics and wakes its futex; park_phase
+    // does not touch Ruby.
     unsafe {
-        rb_sys::rb_thread_call_without_gvl2(
-            Some(park_nogvl),
-            &args as *const ParkArgs as *mut c_void,
-            Some(park_ubf),
-            w as *const Waiter as *mut c_void,
-        );
-    }
+        call_without_gvl(
+            || park_phase(w, limit),
+            interrupt_waiter,
+            w as *const Waiter as *const c_void,
+        )
+    };
+    w.parked.set(false);
 }
 
 /// Whether the extension was built for Ruby 3.3 or later (its thread

@@ -53,11 +53,6 @@ pub fn shareable(obj: VALUE) -> Result<VALUE, Error> {
     }
 }
 
-struct NoGvl<B> {
-    body: Option<B>,
-    ran: bool,
-}
-
 /// Runs `body` with the calling Ractor's GVL released, as Ruby's own
 /// blocking IO does (`rb_thread_call_without_gvl2` with `RUBY_UBF_IO`):
 /// when an interrupt (Thread#raise, kill, a signal for the main thread) is
@@ -73,35 +68,13 @@ struct NoGvl<B> {
 /// the wait began left Ctrl-C with nobody to deliver it (a hang, found by
 /// test_ctrl_c_interrupts_a_blocked_pop).
 pub fn without_gvl<B: FnOnce()>(body: B) -> bool {
-    unsafe extern "C" fn run<B: FnOnce()>(arg: *mut c_void) -> *mut c_void {
-        // SAFETY: `arg` is the NoGvl on without_gvl's stack, alive for the
-        // whole call. A panic must not unwind into C: it aborts instead.
-        let a = &mut *(arg as *mut NoGvl<B>);
-        if let Some(b) = a.body.take() {
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(b)).is_err() {
-                std::process::abort();
-            }
-        }
-        a.ran = true;
-        ptr::null_mut()
-    }
-    let mut a = NoGvl {
-        body: Some(body),
-        ran: false,
-    };
     // SAFETY: RUBY_UBF_IO is `(rb_unblock_function_t *)-1`, a marker Ruby
-    // replaces with its own ubf_select before calling anything; `a`
-    // outlives the call; the `2` variant never raises.
+    // replaces with its own ubf_select before calling anything, and it
+    // takes no argument of ours; `body` does not touch Ruby.
     unsafe {
         let ubf_io: unsafe extern "C" fn(*mut c_void) = std::mem::transmute(usize::MAX);
-        rb_sys::rb_thread_call_without_gvl2(
-            Some(run::<B>),
-            &mut a as *mut NoGvl<B> as *mut c_void,
-            Some(ubf_io),
-            ptr::null_mut(),
-        );
+        call_without_gvl(body, ubf_io, ptr::null())
     }
-    a.ran
 }
 
 /// A value shared between Ractors that a forked child replaces with a

@@ -39,9 +39,9 @@ pub struct Waiter {
     /// (sys::park): 0 while it may sleep; the waker sets PARK_SIGNALED,
     /// the unblock function another bit.
     pub(super) park_word: AtomicU32,
-    /// Set while the waiter may be parked on `park_word`: its waker must
-    /// wake the futex.
-    pub(super) parked: AtomicBool,
+    /// Set (under the GVL) while the waiter may be parked on `park_word`:
+    /// its waker must set the word and wake the futex.
+    pub(super) parked: Cell<bool>,
     /// When the list last woke anyone, as seen when this waiter entered.
     list_last_wake: Cell<Option<Instant>>,
     /// The CPU the list's last waker ran on (-1: unknown), as seen at entry.
@@ -90,7 +90,7 @@ impl Waiter {
             signaled_at: AtomicU64::new(0),
             sleeping: Cell::new(false),
             park_word: AtomicU32::new(0),
-            parked: AtomicBool::new(false),
+            parked: Cell::new(false),
             list_last_wake: Cell::new(None),
             list_last_wake_cpu: Cell::new(-1),
             thread,
@@ -171,13 +171,14 @@ impl Waiter {
             self.signaled.store(true, Ordering::Release);
         }
         head.signaled.store(true, Ordering::Release);
-        // Set the futex word, then look whether the waiter is parked on it
-        // (it announces that before its last look at the word): one of the
-        // two sees the other (SeqCst on both sides). Woken here, where the
-        // waiter is sure to be in its frame (it must take the GVL to leave
-        // it), so that no pointer to the word outlives this call.
-        head.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
-        if head.parked.load(Ordering::SeqCst) {
+        // A parked waiter (`parked` is set before it gives up the GVL, so
+        // a waker, which holds the GVL, cannot miss it): set its futex word,
+        // then wake it (FUTEX_WAIT compares the word atomically). Woken
+        // here, where the waiter is sure to be in its frame (it must take
+        // the GVL to leave it), so that no pointer to the word outlives
+        // this call. Other waiters cost one flag read.
+        if head.parked.get() {
+            head.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
             futex_wake(&head.park_word);
         }
         WakeTarget {
