@@ -238,11 +238,39 @@ class ThreadCacheTest < RapidThreadTest
   end
 
   # Thread.new gives its thread the creator's priority and ThreadGroup; a
-  # spawned block gets its spawner's as they were at `spawn`, and its worker
-  # is listed in that group while the block runs (the cache ran it with
-  # the worker's own: priority 0, in the group of whoever made the cache's
-  # first thread).
-  def test_a_block_runs_with_its_spawners_priority_and_group
+  # spawned block gets its spawner's as they were at `spawn` (the cache ran
+  # it with the worker's own: priority 0, in the group of whoever made the
+  # cache's first thread). A priority alone is a worker's for the block.
+  def test_a_block_runs_with_its_spawners_priority_on_a_worker
+    idle_timeout = RapidThread.idle_timeout
+    RapidThread.idle_timeout = 60 # the worker stays for the checks below
+    latch = Thread::Queue.new
+    stock, (ours, ran_on), waiting = placed(ThreadGroup::Default, -2) do
+      [Thread.new { PLACEMENT[ThreadGroup::Default] }.value,
+       RapidThread.spawn { [PLACEMENT[ThreadGroup::Default], Thread.current] }.value,
+       task { latch.pop; PLACEMENT[ThreadGroup::Default] }]
+    end
+    assert_equal [-2, true, true, true], stock
+    assert_equal stock, ours
+    # As at `spawn`, although the spawner's priority is back to 0.
+    wait_until { waiting.status == "sleep" }
+    assert_equal(-2, waiting.thread.priority)
+    latch << 1
+    assert_equal stock, waiting.value
+    # On a worker, which rests (asleep, at priority 0) after the block; a
+    # thread of its own would have ended.
+    wait_until { ran_on.stop? }
+    assert ran_on.alive?, "a priority alone put the block on a thread of its own"
+    assert_equal 0, ran_on.priority
+  ensure
+    RapidThread.idle_timeout = idle_timeout
+  end
+
+  # A block spawned from another ThreadGroup runs in that group, listed
+  # there while it runs, as a Thread.new thread (on a thread of its own:
+  # a worker could not be in the group from the spawn on), and at the
+  # spawner's priority, both as they were at `spawn`.
+  def test_a_block_runs_in_its_spawners_group_listed_there_while_it_runs
     g = ThreadGroup.new
     latch = Thread::Queue.new
     stock, ours, waiting = placed(g, -2) do
@@ -253,24 +281,26 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal stock, ours
     # Placed as at `spawn`, although the spawner has left the group since.
     wait_until { waiting.status == "sleep" }
-    assert_includes g.list, waiting.thread
+    wait_until { g.list == [waiting.thread] } # the spawn before has ended
     refute_includes ThreadGroup::Default.list, waiting.thread
     latch << 1
     assert_equal stock, waiting.value
-    assert_empty g.list
+    wait_until { g.list.empty? }
   end
 
   # Nothing of a block's placement reaches the next block on its worker:
-  # neither the spawner's (a non-default priority and group) nor what a
-  # block set itself (from the defaults). Checked on every live worker,
-  # that one included (consecutive spawn + value usually land on the same
+  # neither the spawner's (a non-default priority) nor what a block set
+  # itself (a priority and a group). Checked on every live worker, that
+  # one included (consecutive spawn + value usually land on the same
   # worker, LIFO, but not always: on 3.3.8 the next block once went to
-  # another worker).
+  # another worker). A spawn from another group leaves no worker there.
   def test_priority_and_group_do_not_reach_the_next_block
     g = ThreadGroup.new
     h = ThreadGroup.new
-    set_by_spawner = -> { placed(g, 3) { RapidThread.spawn { Thread.current }.value } }
+    set_by_spawner = -> { placed(ThreadGroup::Default, 3) { RapidThread.spawn { Thread.current }.value } }
     set_by_block = -> { RapidThread.spawn { Thread.current.priority = -1; h.add(Thread.current); Thread.current }.value }
+    own = placed(g, 2) { RapidThread.spawn { Thread.current }.value }
+    wait_until { !own.alive? }
     [set_by_spawner, set_by_block].each do |first_block|
       first = first_block.call
       results = on_every_worker(first) { [Thread.current.priority, Thread.current.group] }
@@ -353,22 +383,34 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal ["[true, true, nil]\n", "\"pending\"\n", "\"in block\"\n", "3\n"], rest
   end
 
-  # A group enclosed after the spawn but before the block started: a
-  # Thread.new thread would be in it already; a worker can no longer get
-  # in. The block does not run outside the group closed around it: its
-  # ThreadError (ThreadGroup#add's) is raised in place of the block.
-  def test_a_group_enclosed_before_the_block_starts_fails_the_block
+  # A group enclosed (or frozen) after the spawn but before the block
+  # started, by the spawner's next statement: a Thread.new thread is in the
+  # group already, and so is the spawned block's thread. The block runs
+  # there, as Thread.new's does (the gem used to fail it with
+  # ThreadGroup#add's ThreadError). Compared with the running Ruby's
+  # Thread.new.
+  def test_a_group_closed_right_after_the_spawn_still_runs_the_block_inside
     out = child_output(<<~'RUBY')
-      RapidThread.spawn {}.join # an idle worker is woken for the next block
-      g = ThreadGroup.new
-      g.add(Thread.current)
-      t = RapidThread.spawn { :ran }
-      t.report_on_exception = false
-      g.enclose # before this thread gives up the GVL: the block has not started
-      p(begin; t.value; rescue ThreadError => e; e.message; end)
-      p [g.list.size, RapidThread.cache_stats[:created]]
+      RapidThread.spawn {}.join # an idle worker could take the block
+      [:enclose, :freeze].each do |close|
+        [->(&b) { Thread.new(&b) }, ->(&b) { RapidThread.spawn(&b) }].each do |make|
+          g = ThreadGroup.new
+          seen = Thread.new do # the spawner, in g; it cannot leave it after
+            g.add(Thread.current)
+            t = make.call { [Thread.current.group.equal?(g), g.list.include?(Thread.current)] }
+            g.public_send(close) # before this thread gives up the GVL
+            t.value
+          end.value
+          p [close, seen]
+        end
+      end
     RUBY
-    assert_equal "\"can't move to the enclosed thread group\"\n[1, 1]\n", out
+    lines = out.lines
+    assert_equal 4, lines.size, out
+    assert_equal "[:enclose, [true, true]]\n", lines[0]
+    assert_equal lines[0], lines[1]
+    assert_equal "[:freeze, [true, true]]\n", lines[2]
+    assert_equal lines[2], lines[3]
   end
 
   # A frozen group: Thread.new refuses to start a thread there
@@ -407,6 +449,26 @@ class ThreadCacheTest < RapidThreadTest
     stock, ours = out.lines
     assert_equal "[true, nil, false]\n", stock
     assert_equal stock, ours
+  end
+
+  # Threads of their own lost before their body ran, whose tasks nobody
+  # joins or polls, are not kept for good: the list of threads of their own
+  # is swept when it doubles (from 64), before the next such spawn.
+  def test_lost_threads_of_their_own_are_swept_by_later_spawns
+    out = child_output(<<~'RUBY')
+      g = ThreadGroup.new
+      g.add(Thread.current)
+      killed = Thread::Queue.new
+      TracePoint.new(:thread_begin) { killed << Thread.current; Thread.current.kill }.enable
+      pending_after = lambda do |n|
+        n.times { RapidThread.spawn { :ran } }
+        lost = Array.new(n) { killed.pop }
+        Thread.pass while lost.any?(&:alive?)
+        RapidThread.cache_stats[:pending]
+      end
+      p pending_after.(64), pending_after.(1)
+    RUBY
+    assert_equal "64\n1\n", out
   end
 
   # --- exceptions ------------------------------------------------------------
@@ -1178,9 +1240,10 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "arg-0arg-0-done", tasks.first.value
   end
 
-  # The spawner's ThreadGroup, held by a task until its block starts: the
-  # spawner has left it, so the task alone keeps it, and compaction may move
-  # it. Its value: whether every block saw its group.
+  # Blocks spawned from groups the spawner leaves at once: each waits on
+  # a thread of its own, listed with its task in the cache (marked by it,
+  # moved by compaction) until its body runs; the thread alone keeps its
+  # group. Its value: whether every block saw its group.
   PENDING_GROUPS_PROGRAM = <<~'RUBY'
     gate = Thread::Queue.new
     hold = RapidThread.spawn { gate.pop }

@@ -30,11 +30,12 @@ use crate::wait::{self, park};
 
 /// What a task still pending asks of the pool (set once by the pool).
 pub struct PendingHooks {
-    /// Called by a join: makes sure some worker will take the task.
-    pub join: fn() -> Result<(), Error>,
+    /// Called by a join with the task object: makes sure some thread will
+    /// take the task.
+    pub join: fn(VALUE) -> Result<(), Error>,
     /// Called by a poll (`alive?`, `status`): the same, but only when the
     /// pool's monitor is gone (a stray kill); otherwise one look.
-    pub poll: fn() -> Result<(), Error>,
+    pub poll: fn(VALUE) -> Result<(), Error>,
 }
 
 static PENDING: OnceLock<PendingHooks> = OnceLock::new();
@@ -52,9 +53,9 @@ fn pending_hooks() -> &'static PendingHooks {
 
 /// A poll (`alive?`, `status`) of a task still pending: the pool's
 /// `PendingHooks::poll`.
-fn poll_pending(task: &Task) -> Result<(), Error> {
+fn poll_pending(rb_self: Value, task: &Task) -> Result<(), Error> {
     if task.phase() == Phase::Pending {
-        (pending_hooks().poll)()?;
+        (pending_hooks().poll)(sys::raw(rb_self))?;
     }
     Ok(())
 }
@@ -84,9 +85,11 @@ pub struct State {
     abort_on_exception: bool,
     /// An exception sent with Task#raise before the block started.
     pending_raise: VALUE,
-    /// The spawner's priority and ThreadGroup, when they are not a
-    /// worker's own (see [`Placement`]); dropped once the block started.
-    placement: Placement,
+    /// The spawner's priority at `spawn` (Thread.new gives it to its
+    /// thread); 0 is a worker's own. A block spawned from a ThreadGroup
+    /// other than the workers' runs on a thread of its own (thread_cache's
+    /// `spawner_placement`), so a task needs no group.
+    priority: i32,
     joiners: WaitList,
     fork_gen: u64,
 }
@@ -118,18 +121,17 @@ impl State {
     /// GC counts as "shady": 1000 sleeping blocks (vm_thread_close) then
     /// cost a major GC that 1000 Thread.new threads do not. `compact` still
     /// updates it.
-    fn marked_values(&self) -> [VALUE; 6] {
+    fn marked_values(&self) -> [VALUE; 5] {
         [
             self.block,
             self.args,
             self.result,
             self.name,
             self.pending_raise,
-            self.placement.group,
         ]
     }
 
-    fn values_mut(&mut self) -> [&mut VALUE; 7] {
+    fn values_mut(&mut self) -> [&mut VALUE; 6] {
         [
             &mut self.block,
             &mut self.args,
@@ -137,7 +139,6 @@ impl State {
             &mut self.thread,
             &mut self.name,
             &mut self.pending_raise,
-            &mut self.placement.group,
         ]
     }
 }
@@ -185,25 +186,6 @@ impl DataTypeFunctions for Task {
     }
 }
 
-/// Where a block runs, as far as it differs from a worker at rest
-/// (priority 0, the pool's home ThreadGroup): what Thread.new would have
-/// given its thread, the spawner's priority and ThreadGroup at `spawn`.
-#[derive(Clone, Copy)]
-pub struct Placement {
-    /// Thread#priority (-3..3); 0 is a worker's own.
-    pub priority: i32,
-    /// The ThreadGroup, or nil for the worker's own (the home group).
-    pub group: VALUE,
-}
-
-impl Placement {
-    /// A worker at rest: nothing to set before the block.
-    pub const HOME: Placement = Placement {
-        priority: 0,
-        group: QNIL,
-    };
-}
-
 /// What the worker needs to start a task.
 pub struct Start {
     pub block: VALUE,
@@ -213,7 +195,8 @@ pub struct Start {
     pub name: VALUE,
     pub report_on_exception: bool,
     pub abort_on_exception: bool,
-    pub placement: Placement,
+    /// The spawner's Thread#priority (-3..3); 0 is a worker's own.
+    pub priority: i32,
 }
 
 impl Task {
@@ -224,7 +207,7 @@ impl Task {
         args: VALUE,
         kw_splat: bool,
         report_on_exception: bool,
-        placement: Placement,
+        priority: i32,
     ) -> Task {
         Task {
             state: GvlCell::new(State {
@@ -238,7 +221,7 @@ impl Task {
                 report_on_exception,
                 abort_on_exception: false,
                 pending_raise: QNIL,
-                placement,
+                priority,
                 joiners: {
                     let mut l = WaitList::new();
                     let (at, cpu) = LAST_FINISH.with(|t| *t);
@@ -283,13 +266,12 @@ impl Task {
                 name: s.name,
                 report_on_exception: s.report_on_exception,
                 abort_on_exception: s.abort_on_exception,
-                placement: s.placement,
+                priority: s.priority,
             };
             // The worker's stack keeps these alive while the block runs;
             // the task lets go of them so that a kept handle pins nothing.
             s.args = QNIL;
             s.pending_raise = QNIL;
-            s.placement = Placement::HOME;
             start
         })
     }
@@ -338,7 +320,6 @@ impl Task {
             s.block = QNIL;
             s.args = QNIL;
             s.pending_raise = QNIL;
-            s.placement = Placement::HOME;
         });
         wait::wake_all(&self.state, joiners)
     }
@@ -392,7 +373,7 @@ fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<boo
         let phase = task.phase();
         match phase {
             Phase::Finished | Phase::Raised | Phase::Killed => return Ok(true),
-            Phase::Pending => (pending_hooks().join)()?,
+            Phase::Pending => (pending_hooks().join)(sys::raw(rb_self))?,
             Phase::Running => {}
         }
         if deadline.is_some_and(|d| d <= Instant::now()) || limit == Some(Duration::ZERO) {
@@ -459,7 +440,7 @@ fn value(rb_self: Value) -> Result<Value, Error> {
 /// through our own hint instead (docs/design-details.md, "Thread cache").
 fn is_alive(rb_self: Value) -> Result<bool, Error> {
     let task = Task::get(&rb_self)?;
-    poll_pending(task)?;
+    poll_pending(rb_self, task)?;
     if task.phase() == Phase::Pending && !sys::thread_alone() {
         if let Some(budget) = spin::handover_budget() {
             let cpu_busy = sys::yield_gvl(budget, spin::yield_cpu);
@@ -476,7 +457,7 @@ fn is_alive(rb_self: Value) -> Result<bool, Error> {
 /// exception.
 fn status(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
-    poll_pending(task)?;
+    poll_pending(rb_self, task)?;
     Ok(match task.phase() {
         Phase::Pending => ruby.str_new("run").as_value(),
         Phase::Running => {

@@ -33,7 +33,7 @@ use rb_sys::VALUE;
 
 use crate::errors;
 use crate::sys::{self, GvlCell, WaitList, QNIL};
-use crate::task::{Phase, Placement, Task};
+use crate::task::{Phase, Task};
 use crate::wait::{self, End};
 
 /// The monitor thread's name.
@@ -42,6 +42,9 @@ const MONITOR_NAME: &str = "rapid_thread monitor";
 /// A worker's native thread name (its Ruby name stays nil, as a Thread.new
 /// thread's): without one, every worker showed the monitor's, its creator.
 const WORKER_NATIVE_NAME: &str = "rapid_thread worker";
+
+/// The shortest `own_threads` that is swept for lost threads.
+const OWN_SWEEP_MIN: usize = 64;
 
 /// How often the monitor re-checks pending tasks for a stall.
 const GROW_TICK: Duration = Duration::from_millis(1);
@@ -62,10 +65,13 @@ pub struct Pool {
     starting_threads: Vec<VALUE>,
     /// Worker threads alive.
     live: usize,
-    /// Threads of their own (not workers) for blocks spawned from an
-    /// enclosed or frozen ThreadGroup, each with its task, until its body
-    /// takes it (see `spawn_on_own_thread`).
+    /// Threads of their own (not workers) for blocks spawned from a
+    /// ThreadGroup other than the workers' (see `spawner_placement`), each
+    /// with its task, until its body takes it (`spawn_on_own_thread`).
     own_threads: Vec<(VALUE, VALUE)>,
+    /// `own_threads` is swept for threads lost before their body ran when
+    /// it reaches this length (see `spawn_on_own_thread`).
+    own_sweep_at: usize,
     /// Where workers rest: `ThreadGroup::Default` (set at load time).
     home: VALUE,
     monitor: VALUE,
@@ -98,6 +104,7 @@ impl Pool {
             starting_threads: Vec::new(),
             live: 0,
             own_threads: Vec::new(),
+            own_sweep_at: OWN_SWEEP_MIN,
             home: QNIL,
             monitor: QNIL,
             monitor_started: false,
@@ -247,24 +254,22 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     let report = sys::value(report).to_bool();
     let place = spawner_placement(priority, group)?;
     let args = ruby.ary_new_from_values(args);
-    let placement = match place {
-        Where::Pool(placement) => placement,
-        Where::OwnThread => Placement::HOME,
+    let priority = match place {
+        Where::Pool { priority } => priority,
+        Where::OwnThread => 0,
     };
     let task = ruby.obj_wrap(Task::new(
         block,
         sys::raw(args.as_value()),
         kw_splat,
         report,
-        placement,
+        priority,
     ));
     // Until the Task object exists (its allocation may run the GC), the
     // Proc and the Array were reachable only from the Rust value being
-    // boxed: keep them on this stack frame up to here. (The group is the
-    // spawner's too, but the spawner could be moved out of it meanwhile.)
+    // boxed: keep them on this stack frame up to here.
     sys::gc_guard(block);
     sys::gc_guard(sys::raw(args.as_value()));
-    sys::gc_guard(placement.group);
     let obj = sys::raw(task.as_value());
     if let Where::OwnThread = place {
         spawn_on_own_thread(obj)?;
@@ -287,42 +292,40 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     Ok(task.as_value())
 }
 
-/// Where a spawned block runs: on a worker of the pool, which takes on the
-/// placement for the block, or on a thread of its own.
+/// Where a spawned block runs: on a worker of the pool, at the spawner's
+/// priority for the block, or on a thread of its own.
 enum Where {
-    Pool(Placement),
+    Pool { priority: i32 },
     OwnThread,
 }
 
-/// Thread.new gives its thread the creator's priority and ThreadGroup. A
-/// worker takes them on for the block (`prepare_thread`) and drops them
-/// after it (`rest`); the common case, priority 0 in the home group, costs
-/// two reads here and nothing on the worker's way in. A worker can only
-/// move into the spawner's group and back out if neither that group nor
-/// home is enclosed or frozen (`ThreadGroup#add` refuses, and nothing
-/// public moves a thread otherwise); a block spawned from such a group
-/// runs on a thread of its own, made by the spawner, which Ruby places as
-/// it places a Thread.new thread (`spawn_on_own_thread`); so does one from
-/// a frozen home group, where Thread.new raises. `priority` and `group`:
-/// the spawner's.
+/// Thread.new gives its thread the creator's priority and ThreadGroup,
+/// fixed when the thread is made. A worker takes on the priority for the
+/// block (`prepare_thread`) and drops it after (`rest_from`); the common
+/// case, priority 0 in the home group, costs two reads here and nothing on
+/// the worker's way in.
+///
+/// A block spawned from any other group (or from a frozen home group)
+/// runs on a thread of its own, made here by the spawner, which Ruby
+/// places exactly as a Thread.new thread (`spawn_on_own_thread`), at
+/// Thread.new's cost. A worker cannot be in that group from the spawn on:
+/// it is not chosen before the block starts, after the spawner gives up
+/// the GVL, and by then the group may be enclosed or frozen
+/// (`spawn { }; group.enclose` does that every time), when
+/// `ThreadGroup#add` refuses it, though a Thread.new thread is inside
+/// already. `priority` and `group`: the spawner's.
 fn spawner_placement(priority: VALUE, group: VALUE) -> Result<Where, Error> {
+    let home = with(|p| p.home);
+    if group != home || sys::value(group).is_frozen() {
+        return Ok(Where::OwnThread);
+    }
     let priority = if priority == sys::fixnum(0) {
         0
     } else {
         // -3..3 (Thread#priority= clamps).
         sys::num2long(priority)? as i32
     };
-    let home = with(|p| p.home);
-    if group == home && !sys::value(group).is_frozen() {
-        return Ok(Where::Pool(Placement {
-            priority,
-            group: QNIL,
-        }));
-    }
-    if !movable(group)? || !movable(home)? {
-        return Ok(Where::OwnThread);
-    }
-    Ok(Where::Pool(Placement { priority, group }))
+    Ok(Where::Pool { priority })
 }
 
 /// Whether ThreadGroup#add lets threads into and out of `group`: it is
@@ -365,6 +368,20 @@ fn rest_from(me: VALUE, priority: VALUE, group: VALUE) -> Result<(), Error> {
 /// Thread.new's ThreadError when it cannot (a frozen group, no threads
 /// left). The thread runs this one block as a worker would, then ends.
 fn spawn_on_own_thread(obj: VALUE) -> Result<(), Error> {
+    // A thread lost before its body ran leaves its entry until its task
+    // is joined or polled; one that nobody joins would stay for good.
+    // Swept when the list doubles: amortized, a few checks per spawn.
+    if with(|p| p.own_threads.len() >= p.own_sweep_at) {
+        let mut i = 0;
+        while let Some((_, task)) = with(|p| p.own_threads.get(i).copied()) {
+            // Removes the entry of a lost thread (and ends its task).
+            waits_for_own_thread(task)?;
+            if with(|p| p.own_threads.get(i).is_some_and(|e| e.1 == task)) {
+                i += 1;
+            }
+        }
+        with(|p| p.own_sweep_at = OWN_SWEEP_MIN.max(2 * p.own_threads.len()));
+    }
     let t = sys::create_thread(own_thread_body, false)?;
     // The thread cannot look for its task before this one gives up the GVL.
     with(|p| {
@@ -391,27 +408,41 @@ fn own_thread_body() -> Option<i32> {
     }
 }
 
-/// Ends as killed the tasks of own threads that died before their body
-/// ran (killed in a `:thread_begin` hook, where a pending Thread#kill
-/// lands too): as the join of such a Thread.new thread, a join of the
-/// task returns. Called by joins and polls of pending tasks.
-fn forget_lost_own_threads() -> Result<(), Error> {
-    let mut i = 0;
-    while let Some((t, _)) = with(|p| p.own_threads.get(i).copied()) {
-        if sys::value(sys::funcall(t, sys::name!(c"alive?"), &[])?).to_bool() {
-            i += 1;
-            continue;
-        }
-        let lost = with(|p| {
-            // Still listed: its body never ran (that would have removed it).
-            let j = p.own_threads.iter().position(|&(o, _)| o == t)?;
-            Some(p.own_threads.swap_remove(j).1)
-        });
-        if let Some(task) = lost.filter(|&k| Task::of(k).runnable()) {
+/// Whether the pending task `task` waits for a thread of its own (see
+/// `spawn_on_own_thread`), not for the pool. If that thread died before
+/// its body ran (killed in a `:thread_begin` hook, where a pending
+/// Thread#kill lands too), the task ends as killed: as the join of such a
+/// Thread.new thread, a join of the task returns. Called by joins and
+/// polls of pending tasks; each looks at its own task only, so joining a
+/// burst of them costs no scan of the others' threads.
+fn waits_for_own_thread(task: VALUE) -> Result<bool, Error> {
+    let Some(t) = with(|p| p.own_threads.iter().find(|e| e.1 == task).map(|e| e.0)) else {
+        return Ok(false);
+    };
+    if !sys::value(sys::funcall(t, sys::name!(c"alive?"), &[])?).to_bool() {
+        // Still listed: its body never ran (that would have removed it).
+        with(|p| p.own_threads.retain(|e| e.1 != task));
+        if Task::of(task).runnable() {
             Task::of(task).kill_pending()?;
         }
     }
-    Ok(())
+    Ok(true)
+}
+
+/// `PendingHooks::join`: a join of a task that has not started.
+fn join_pending(task: VALUE) -> Result<(), Error> {
+    if waits_for_own_thread(task)? {
+        return Ok(());
+    }
+    ensure_progress()
+}
+
+/// `PendingHooks::poll`: a poll of a task that has not started.
+fn poll_pending(task: VALUE) -> Result<(), Error> {
+    if waits_for_own_thread(task)? {
+        return Ok(());
+    }
+    ensure_progress_if_orphaned()
 }
 
 /// Gets the pending tasks going: wakes the newest idle worker unless the
@@ -444,9 +475,6 @@ fn dispatch() -> Result<(), Error> {
 /// enclosed ThreadGroup) does not restart it, and a join from there waits
 /// until a thread of another group spawns, joins or polls.
 fn ensure_progress() -> Result<(), Error> {
-    if with(|p| !p.own_threads.is_empty()) {
-        forget_lost_own_threads()?;
-    }
     if !with(Pool::has_pending) {
         return Ok(());
     }
@@ -480,9 +508,6 @@ fn ensure_progress() -> Result<(), Error> {
 /// - a monitor that cannot be created (ThreadError) is not the poll's
 ///   answer: the task is still pending, and the next poll tries again.
 fn ensure_progress_if_orphaned() -> Result<(), Error> {
-    if with(|p| !p.own_threads.is_empty()) {
-        forget_lost_own_threads()?;
-    }
     if with(Pool::monitor_running) || !with(Pool::has_pending) {
         return Ok(());
     }
@@ -1068,7 +1093,6 @@ fn run(obj: VALUE, me: VALUE, class_word: Option<VALUE>) -> After {
     });
     sys::gc_guard(start.block);
     sys::gc_guard(start.args);
-    sys::gc_guard(start.placement.group);
     if outcome.as_ref().is_err_and(errors::is_jump) {
         sys::clear_errinfo(); // see Aftermath::take
     }
@@ -1172,16 +1196,10 @@ fn prepare_thread(me: VALUE, start: &crate::task::Start) -> Result<(), Error> {
             &[t(start.abort_on_exception)],
         ),
     ])?;
-    // The spawner's priority and ThreadGroup, as Thread.new gives them.
-    // Joining the group fails (ThreadError) if it or home was enclosed or
-    // frozen since the spawn: raised in place of the block, which must
-    // not run outside a group that was closed around it.
-    let place = start.placement;
-    if place.priority != 0 {
-        sys::funcall(me, sys::name!(c"priority="), &[sys::fixnum(place.priority)])?;
-    }
-    if place.group != QNIL {
-        sys::funcall(place.group, sys::name!(c"add"), &[me])?;
+    // The spawner's priority, as Thread.new gives it (its group is the
+    // worker's: see `spawner_placement`).
+    if start.priority != 0 {
+        sys::funcall(me, sys::name!(c"priority="), &[sys::fixnum(start.priority)])?;
     }
     Ok(())
 }
@@ -1229,9 +1247,10 @@ fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
         sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
         sys::name_native_thread(WORKER_NATIVE_NAME);
     }
-    // Priority and ThreadGroup: the spawner's, or what the block set. A
-    // worker stuck in a group (the block enclosed it, or joined an
-    // enclosed one) retires: it ends there, as its thread would have.
+    // Priority: the spawner's, or what the block set; a ThreadGroup only
+    // a block puts its worker in. A worker stuck in a group (the block
+    // enclosed it, or joined an enclosed one) retires: it ends there, as
+    // its thread would have.
     rest_from(me, priority, group)?;
     if sys::class_word(me) != class_word {
         // Singleton methods or modules a block gave Thread.current cannot
@@ -1332,7 +1351,9 @@ fn cache_stats(ruby: &Ruby) -> Result<RHash, Error> {
             p.live,
             p.busy.len(),
             p.peak,
-            p.pending.len(),
+            // Blocks waiting for a thread: queued for a worker, or for a
+            // thread of their own whose body has not run.
+            p.pending.len() + p.own_threads.len(),
         )
     });
     let h = ruby.hash_new();
@@ -1359,8 +1380,8 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
         .const_get("Default")?;
     with(|p| p.home = sys::raw(home));
     crate::task::on_pending(crate::task::PendingHooks {
-        join: ensure_progress,
-        poll: ensure_progress_if_orphaned,
+        join: join_pending,
+        poll: poll_pending,
     });
     module.define_singleton_method("spawn", function!(spawn, -1))?;
     let thread: RClass = ruby.class_thread();
