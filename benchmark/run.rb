@@ -85,6 +85,7 @@ NOTES = {
   "vm_thread_sized_queue3" => "SizedQueue + spawn",
   "vm_thread_sized_queue4" => "SizedQueue + spawn",
   "vm_thread_sleep" => "spawn only: sleeping blocks start gradually; the process exits first",
+  "spawn_value" => "spawn: vm_thread_create_join with #value (100k spawn { i }.value)",
   "spawn_storm" => "seed scenario: 100k spawns, then join all",
   "spawn_after_burst" => "scenario: 64 blocked blocks released, then 20k sequential spawn+value",
   "micro_push_pop" => "Queue, one thread",

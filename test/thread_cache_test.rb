@@ -27,6 +27,23 @@ class ThreadCacheTest < RapidThreadTest
     assert_instance_of RapidThread::Task, t
   end
 
+  # Without arguments a block gets none, as from Thread.new: a lambda that
+  # wants one fails in the block with Thread.new's ArgumentError, and an
+  # empty `**{}` passes nothing.
+  def test_a_block_given_no_arguments_gets_what_thread_news_gets
+    report = Thread.report_on_exception
+    Thread.report_on_exception = false
+    with = lambda do |make|
+      arity = begin; make.call(&->(x) { x }).value; rescue ArgumentError => e; e.message; end
+      [arity, make.call(**{}) { |*a, **k| [a, k] }.value, make.call { |*a| a }.value]
+    end
+    stock = with.call(->(*a, **k, &b) { Thread.new(*a, **k, &b) })
+    assert_equal ["wrong number of arguments (given 0, expected 1)", [[], {}], []], stock
+    assert_equal stock, with.call(->(*a, **k, &b) { RapidThread.spawn(*a, **k, &b) })
+  ensure
+    Thread.report_on_exception = report
+  end
+
   def test_join_limit_returns_nil_on_timeout
     q = Thread::Queue.new
     t = task { q.pop }

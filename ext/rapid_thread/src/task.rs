@@ -71,7 +71,8 @@ pub enum Phase {
 
 pub struct State {
     pub phase: Phase,
-    /// The block (a Proc) and its arguments (an Array), dropped once run.
+    /// The block (a Proc) and its arguments (an Array, or nil for none),
+    /// dropped once run.
     block: VALUE,
     args: VALUE,
     kw_splat: bool,

@@ -253,23 +253,23 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     ])?;
     let report = sys::value(report).to_bool();
     let place = spawner_placement(priority, group)?;
-    let args = ruby.ary_new_from_values(args);
+    // No Array for a block spawned without arguments (most are): one
+    // object fewer per spawn.
+    let args = if args.is_empty() {
+        QNIL
+    } else {
+        sys::raw(ruby.ary_new_from_values(args).as_value())
+    };
     let priority = match place {
         Where::Pool { priority } => priority,
         Where::OwnThread => 0,
     };
-    let task = ruby.obj_wrap(Task::new(
-        block,
-        sys::raw(args.as_value()),
-        kw_splat,
-        report,
-        priority,
-    ));
+    let task = ruby.obj_wrap(Task::new(block, args, kw_splat, report, priority));
     // Until the Task object exists (its allocation may run the GC), the
     // Proc and the Array were reachable only from the Rust value being
     // boxed: keep them on this stack frame up to here.
     sys::gc_guard(block);
-    sys::gc_guard(sys::raw(args.as_value()));
+    sys::gc_guard(args);
     let obj = sys::raw(task.as_value());
     if let Where::OwnThread = place {
         spawn_on_own_thread(obj)?;
@@ -946,19 +946,24 @@ fn worker_body() -> Option<i32> {
 /// idle list for one; None when the worker should exit (idle timeout, or
 /// `max_idle` workers already idle).
 fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
-    let idle_since = Instant::now();
+    // Read when first needed: a worker sent to pending tasks (the usual
+    // case under load) takes one without reading the clock.
+    let mut idle_since = None;
     // Whether the worker comes to `pending` sent (just started, back from
     // a task, or woken by a wake-up) rather than by its idle timeout.
     let mut sent = true;
     loop {
+        if sent {
+            if let Some(t) = with(|p| take_pending(p, live, me)) {
+                return Ok(Some(t));
+            }
+        }
         // Re-read each time: a changed idle_timeout applies to waiting
         // workers too (the setter wakes them).
-        let deadline = idle_since.checked_add(with(|p| p.idle_timeout));
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        let deadline = since.checked_add(with(|p| p.idle_timeout));
         let expired = deadline.is_some_and(|d| d <= Instant::now());
         let took = with(|p| {
-            if std::mem::replace(&mut live.starting, false) {
-                arrived(p, me);
-            }
             // A worker whose idle time ran out leaves pending tasks to the
             // idle workers woken for them, and ends. Taking one kept it for
             // another idle_timeout: under steady load each worker of a past
@@ -966,14 +971,10 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
             // and work left the hot worker. A worker that was sent always
             // takes one (the woken ones are what this one counts on).
             let leave_it = !sent && expired && p.pending.len() <= p.idle.handed_out();
-            if p.has_pending() && !leave_it {
-                let t = p.pending.pop_front();
-                p.busy.push(me);
-                p.started += 1;
-                if std::mem::replace(&mut live.ran, true) {
-                    p.reused += 1;
+            if !leave_it {
+                if let Some(t) = take_pending(p, live, me) {
+                    return Some(Some(t));
                 }
-                return Some(t);
             }
             let over = expired || p.idle.waiting() >= p.max_idle;
             over.then_some(None)
@@ -988,6 +989,23 @@ fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
             Ok(w.signaled())
         })?;
     }
+}
+
+/// The next pending task, if any, taken by this worker (now busy).
+fn take_pending(p: &mut Pool, live: &mut Live, me: VALUE) -> Option<VALUE> {
+    if std::mem::replace(&mut live.starting, false) {
+        arrived(p, me);
+    }
+    if !p.has_pending() {
+        return None;
+    }
+    let t = p.pending.pop_front();
+    p.busy.push(me);
+    p.started += 1;
+    if std::mem::replace(&mut live.ran, true) {
+        p.reused += 1;
+    }
+    t
 }
 
 /// What a worker does after a task: take the next one, or end (with the

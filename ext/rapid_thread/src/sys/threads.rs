@@ -164,8 +164,15 @@ pub fn keyword_given() -> bool {
 }
 
 /// `proc.call(*args)` (with `**` of the last element when `kw_splat`),
-/// as Thread.new invokes its block.
+/// as Thread.new invokes its block; `args` nil: no arguments.
 pub fn call_proc(proc: VALUE, args: VALUE, kw_splat: bool) -> Result<VALUE, Error> {
+    if args == QNIL {
+        // SAFETY: no arguments, no block; the call may raise or throw,
+        // caught by protect.
+        return protect(|| unsafe {
+            rb_sys::rb_proc_call_with_block_kw(proc, 0, std::ptr::null(), QNIL, 0)
+        });
+    }
     // SAFETY: `args` is an Array we built; the call may raise or throw,
     // caught by protect.
     protect(|| unsafe { rb_sys::rb_proc_call_kw(proc, args, kw_splat as _) })
@@ -174,12 +181,16 @@ pub fn call_proc(proc: VALUE, args: VALUE, kw_splat: bool) -> Result<VALUE, Erro
 /// What Ruby does when a thread's block returns: a fiber scheduler set by
 /// the block is closed (`rb_fiber_scheduler_set(Qnil)`, which runs it).
 pub fn close_fiber_scheduler() -> Result<(), Error> {
+    // SAFETY: reads the current thread's scheduler field; cannot raise.
+    // Checked outside protect: a block rarely sets one, and a protect per
+    // block is a setjmp.
+    if unsafe { rb_sys::rb_fiber_scheduler_get() } == QNIL {
+        return Ok(());
+    }
     // SAFETY: may run the scheduler's Ruby code and raise; caught by
     // protect.
     protect(|| unsafe {
-        if rb_sys::rb_fiber_scheduler_get() != QNIL {
-            rb_sys::rb_fiber_scheduler_set(QNIL);
-        }
+        rb_sys::rb_fiber_scheduler_set(QNIL);
         QNIL
     })?;
     Ok(())
