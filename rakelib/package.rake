@@ -105,7 +105,8 @@ end
 
 namespace :test do
   desc "Install the platform gem (Ruby #{native_rubies_text}, no Rust toolchain reachable) and the source gem " \
-       "(3.1, compiles) into empty GEM_HOMEs, then run test/install/smoke.rb from /"
+       "(3.1, compiles) into empty GEM_HOMEs, then run test/install/smoke.rb from /; without a Ruby's build, " \
+       "the LoadError names the Rubies carried (test/install/missing_build.rb)"
   task install: %i[native gem] do
     root = File.expand_path("tmp/install")
     FileUtils.rm_rf(root)
@@ -131,6 +132,9 @@ namespace :test do
       cargo = `env -i PATH=#{env['PATH']} sh -c 'command -v cargo rustc clang libclang' 2>/dev/null`.strip
       abort "cargo or clang is reachable on #{env['PATH']}: #{cargo}" unless cargo.empty?
       install_and_smoke(env, ruby, native_gem, smoke, expect: "rapid_thread/#{version}/rapid_thread.so")
+      # Without this Ruby's build, the LoadError names the Rubies carried.
+      others = (NATIVE_RUBIES.keys - [version]).join(", ")
+      sh env, ruby, File.expand_path("test/install/missing_build.rb"), others, chdir: "/"
     end
 
     # The source gem compiles on install (cargo on PATH; its target dir is
