@@ -1067,9 +1067,12 @@ class ThreadCacheTest < RapidThreadTest
         end
         t.report_on_exception = false
         rand(4).times { Thread.pass }
-        if (w = t.thread)
-          hit << w
+        if t.thread
           t.kill
+          # Still on its worker after the kill: the kill reached that
+          # worker (it could have finished between the two calls, and then
+          # Task#kill kills nothing; a finished task has no thread).
+          (w = t.thread) && hit << w
         end
         abort "task #{i} never ended" unless t.join(30).equal?(t)
       rescue RuntimeError
