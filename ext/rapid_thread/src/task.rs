@@ -1,12 +1,12 @@
 //! `RapidThread::Task`: the handle `RapidThread.spawn` returns. It has
 //! Thread's interface for one block, which a cached worker thread
-//! (thread_cache.rs) runs as if on a fresh thread.
+//! (thread_cache/) runs as if on a fresh thread.
 //!
 //! A task is Pending (queued, not started), Running (on a worker, whose
 //! Thread is `thread`) or done (Finished, Raised or Killed). Joiners wait on
 //! the task's own wait list with the shared two-phase wait of `wait.rs`.
 //!
-//! Dependencies run one way: the pool (thread_cache.rs) owns tasks and
+//! Dependencies run one way: the pool (thread_cache/) owns tasks and
 //! drives their phases through this module; a task knows nothing of the
 //! pool. The one thing a join or a poll needs from it (that a pending task
 //! will get a worker) comes through the hooks the pool registers at load

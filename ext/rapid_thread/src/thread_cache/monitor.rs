@@ -1,0 +1,178 @@
+//! The thread cache's monitor (see [`monitor_body`]): it starts workers
+//! that `spawn` and `join` ask for, and grows the cache when pending tasks
+//! stall. Workers are always made here, by a thread that runs unmasked.
+
+use super::*;
+
+/// Sleeps while nothing is pending (woken by `arm_monitor`); otherwise
+/// checks every GROW_TICK that pending tasks can make progress, and grows
+/// the cache when they cannot:
+/// * every busy worker is blocked and none is idle or starting: start
+///   workers at once, one more each tick the stall lasts, doubling up to
+///   `MAX_BATCH` (1, 2, 4, ...: 64 blocked blocks need 7 ticks, not 64);
+/// * or no task has started for `STALL` although workers are runnable
+///   (blocks that compute forever, or never end while passing the GVL):
+///   one more worker, so that a waiting block still starts, as it would
+///   on its own Thread.
+pub(super) fn monitor_body() -> Option<i32> {
+    let me = sys::current_thread();
+    with(|p| {
+        if p.monitor == me {
+            p.monitor_started = true;
+        }
+    });
+    let _exit = MonitorExit(me);
+    // Born with its creator's priority and ThreadGroup (any spawner's,
+    // joiner's or poller's): drop them, or every worker would inherit them.
+    // One that cannot leave its group (enclosed since) ends; the next
+    // spawn, join or poll makes another.
+    if let Err(e) = rest(me) {
+        return jump_tag(&e);
+    }
+    let mut seen = with(|p| p.started);
+    let mut since = Instant::now();
+    let mut batch = 1usize;
+    loop {
+        if with(|p| p.monitor) != me {
+            return None; // forked, or replaced
+        }
+        // Workers asked for by spawn / join.
+        while with(|p| p.wanted > 0) {
+            match start_worker() {
+                Ok(()) => with(|p| p.wanted -= 1),
+                Err(e) => match jump_tag(&e) {
+                    Some(tag) => return Some(tag),
+                    // Out of threads for now (ThreadError); the next tick
+                    // tries again.
+                    None => break,
+                },
+            }
+        }
+        let nap = if with(|p| p.has_pending() || p.wanted > 0) {
+            Some(GROW_TICK)
+        } else {
+            None
+        };
+        with(|p| {
+            p.monitor_sleeping = true;
+            p.monitor_dormant = nap.is_none();
+        });
+        let slept = sys::ruby_sleep(nap);
+        with(|p| {
+            p.monitor_sleeping = false;
+            p.monitor_dormant = false;
+        });
+        if let Err(e) = slept {
+            match jump_tag(&e) {
+                Some(tag) => return Some(tag),
+                // Thread#raise at the monitor: nothing to do with it.
+                None => continue,
+            }
+        }
+        if nap.is_none() {
+            seen = with(|p| p.started);
+            since = Instant::now();
+            batch = 1;
+            continue;
+        }
+        let grown = grow_if_stalled(&mut seen, &mut since, &mut batch);
+        if let Err(e) = grown {
+            if let Some(tag) = jump_tag(&e) {
+                return Some(tag);
+            }
+        }
+    }
+}
+
+/// Clears the monitor on every way out of its body (killed, or a panic):
+/// the next spawn or join re-arms one. A monitor left recorded but dead
+/// would never be replaced. In a forked child the pool is fresh: nothing
+/// to clear there.
+pub(super) struct MonitorExit(VALUE);
+
+impl Drop for MonitorExit {
+    fn drop(&mut self) {
+        let me = self.0;
+        with(|p| {
+            if p.monitor == me {
+                p.monitor = QNIL;
+                p.monitor_sleeping = false;
+                p.monitor_dormant = false;
+            }
+        });
+    }
+}
+
+/// No task started for this long while workers were runnable: grow anyway.
+pub(super) const STALL: Duration = Duration::from_millis(20);
+/// ... or while workers were starting (held before their body runs).
+pub(super) const STARTING_STALL: Duration = Duration::from_millis(500);
+pub(super) const MAX_BATCH: usize = 64;
+
+pub(super) fn grow_if_stalled(
+    seen: &mut u64,
+    since: &mut Instant,
+    batch: &mut usize,
+) -> Result<(), Error> {
+    if with(Pool::must_wake_idle) {
+        return wait::wake_newest(&POOL, idle);
+    }
+    let (pending, started) = with(|p| (p.has_pending(), p.started));
+    if started != *seen {
+        *seen = started;
+        *since = Instant::now();
+    }
+    if with(|p| !p.starting_threads.is_empty()) {
+        forget_lost_starters()?;
+    }
+    if !pending {
+        *batch = 1;
+        return Ok(());
+    }
+    if with(|p| p.starting + p.wanted) > 0 && since.elapsed() < STARTING_STALL {
+        // The last batch has not started yet (the spawner holds the GVL):
+        // wait for it, keeping the batch size, so that a stall that lasts
+        // still doubles it (resetting here made 1000 blocked blocks grow
+        // one or two threads at a time: vm_thread_close). But not for
+        // ever: a new thread can be held before its body runs (a
+        // `:thread_begin` hook that waits), and a Thread.new block would
+        // not wait for it. After STARTING_STALL without a task started the
+        // rules below apply (one more worker per STARTING_STALL).
+        return Ok(());
+    }
+    let n = if !can_progress()? {
+        let n = *batch;
+        *batch = (*batch * 2).min(MAX_BATCH);
+        n
+    } else if since.elapsed() >= STALL {
+        if with(|p| !p.idle.is_empty()) {
+            // The idle workers woken for the tasks are held up: another
+            // idle one takes a task rather than a new thread.
+            *since = Instant::now();
+            return wait::wake_newest(&POOL, idle);
+        }
+        1
+    } else {
+        *batch = 1;
+        return Ok(());
+    };
+    *since = Instant::now();
+    for _ in 0..n.min(with(Pool::runnable_pending)) {
+        if let Err(e) = start_worker() {
+            if jump_tag(&e).is_some() {
+                return Err(e);
+            }
+            break; // out of threads for now; the next tick tries again
+        }
+    }
+    Ok(())
+}
+
+/// The tag of a kill / exit (which must end the thread), or None for an
+/// exception.
+pub(super) fn jump_tag(e: &Error) -> Option<i32> {
+    match e.error_type() {
+        ErrorType::Jump(tag) => Some(sys::tag_number(tag)),
+        _ => None,
+    }
+}

@@ -1,0 +1,476 @@
+//! A worker of the thread cache: the loop a cached thread runs
+//! ([`worker_body`]), and one task run as Thread.new runs its block
+//! ([`run`]), with the clean-up that leaves nothing of it for the next.
+
+use super::*;
+
+/// Keeps the live count right on every way out of a worker.
+pub(super) struct Live {
+    me: VALUE,
+    /// The thread's class word when the worker started: a `:thread_begin`
+    /// hook may have given it a singleton class already (see
+    /// `clean_thread`).
+    class_word: VALUE,
+    fork_gen: u64,
+    /// Counted in `Pool::starting` (not at the pool yet).
+    starting: bool,
+    /// Has run a task before (the next one is a reuse).
+    ran: bool,
+}
+
+impl Drop for Live {
+    /// Also keeps pending tasks from being stranded by this exit: a worker
+    /// that `dispatch` woke for a task and that was killed before taking
+    /// it (dispatch does not arm the monitor when it wakes an idle worker)
+    /// would otherwise leave the task waiting for the next spawn. When
+    /// pending tasks outnumber the workers on their way, the monitor is
+    /// woken (its tick wakes an idle worker), and one more worker is asked
+    /// for if none is idle. No Ruby code runs here: this may be a kill's
+    /// way out.
+    fn drop(&mut self) {
+        if sys::fork_generation() != self.fork_gen {
+            return;
+        }
+        let wake_monitor = with(|p| {
+            p.live -= 1;
+            if self.starting {
+                arrived(p, self.me);
+            }
+
+            // On their way: idle workers woken and not back (each takes a
+            // task), workers starting and workers asked for. A woken worker
+            // killed before taking its task passed its wake-up to the newest
+            // idle one if any was left (`wait::enlisted` with `End::Newest`);
+            // this covers an empty list. (With the monitor gone, killed by a
+            // stray Thread#kill, a join or a poll wakes an idle worker or
+            // restarts the monitor; creating a thread here could run Ruby
+            // code.)
+            let coming = p.idle.handed_out() + p.starting + p.wanted;
+            let stranded = p.has_pending() && p.pending.len() > coming;
+            if stranded && p.idle.is_empty() {
+                p.wanted += 1;
+            }
+            // Workers starting may never come (Pool::starting_threads): the
+            // monitor's tick finds out.
+            let unsure = p.has_pending() && p.starting > 0;
+            ((stranded || unsure) && p.monitor != QNIL && p.monitor_sleeping).then_some(p.monitor)
+        });
+        if let Some(monitor) = wake_monitor {
+            sys::wakeup_thread(monitor);
+        }
+    }
+}
+
+pub(super) fn worker_body() -> Option<i32> {
+    let me = sys::current_thread();
+    sys::name_native_thread(WORKER_NATIVE_NAME);
+    let mut live = Live {
+        me,
+        class_word: sys::class_word(me),
+        fork_gen: sys::fork_generation(),
+        starting: true,
+        ran: false,
+    };
+    loop {
+        // An interrupt aimed at the previous block that arrived after it
+        // ended must not hit the next one: run it here. A kill ends the
+        // worker; an exception is dropped.
+        if let Err(e) = sys::check_ints() {
+            if let Some(tag) = jump_tag(&e) {
+                return Some(tag);
+            }
+        }
+        let task = match next_task(&mut live, me) {
+            Ok(Some(t)) => t,
+            Ok(None) => return None,
+            Err(e) => match jump_tag(&e) {
+                Some(tag) => return Some(tag),
+                None => continue,
+            },
+        };
+        if let After::End(tag) = run(task, me, Some(live.class_word)) {
+            return tag;
+        }
+        if sys::fork_generation() != live.fork_gen {
+            // The block forked and this is the child, where this thread is
+            // now the main thread: end it as its thread would have ended.
+            return None;
+        }
+    }
+}
+
+/// Takes the next pending task (marking this worker busy), waiting on the
+/// idle list for one; None when the worker should exit (idle timeout, or
+/// `max_idle` workers already idle).
+pub(super) fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
+    // Read when first needed: a worker sent to pending tasks (the usual
+    // case under load) takes one without reading the clock.
+    let mut idle_since = None;
+    // Whether the worker comes to `pending` sent (just started, back from
+    // a task, or woken by a wake-up) rather than by its idle timeout.
+    let mut sent = true;
+    loop {
+        if sent {
+            if let Some(t) = with(|p| take_pending(p, live, me)) {
+                return Ok(Some(t));
+            }
+        }
+        // Re-read each time: a changed idle_timeout applies to waiting
+        // workers too (the setter wakes them).
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        let deadline = since.checked_add(with(|p| p.idle_timeout));
+        let expired = deadline.is_some_and(|d| d <= Instant::now());
+        let took = with(|p| {
+            // A worker whose idle time ran out leaves pending tasks to the
+            // idle workers woken for them, and ends. Taking one kept it for
+            // another idle_timeout: under steady load each worker of a past
+            // burst took its turn as its time came, the cache never shrank
+            // and work left the hot worker. A worker that was sent always
+            // takes one (the woken ones are what this one counts on).
+            let leave_it = !sent && expired && p.pending.len() <= p.idle.handed_out();
+            if !leave_it {
+                if let Some(t) = take_pending(p, live, me) {
+                    return Some(Some(t));
+                }
+            }
+            let over = expired || p.idle.waiting() >= p.max_idle;
+            over.then_some(None)
+        });
+        match took {
+            Some(Some(t)) => return Ok(Some(t)),
+            Some(None) => return Ok(None),
+            None => {}
+        }
+        sent = wait::enlisted(&POOL, idle, End::Newest, QNIL, Pool::has_pending, |w| {
+            wait::block(w, deadline, false)?;
+            Ok(w.signaled())
+        })?;
+    }
+}
+
+/// The next pending task, if any, taken by this worker (now busy).
+pub(super) fn take_pending(p: &mut Pool, live: &mut Live, me: VALUE) -> Option<VALUE> {
+    if std::mem::replace(&mut live.starting, false) {
+        arrived(p, me);
+    }
+    if !p.has_pending() {
+        return None;
+    }
+    let t = p.pending.pop_front();
+    p.busy.push(me);
+    p.started += 1;
+    if std::mem::replace(&mut live.ran, true) {
+        p.reused += 1;
+    }
+    t
+}
+
+/// What a worker does after a task: take the next one, or end (with the
+/// tag of a kill / exit to resume, if one hit).
+pub(super) enum After {
+    Continue,
+    End(Option<i32>),
+}
+
+/// Collects what the clean-up after a block runs into. A jump (a kill of
+/// this worker, the process exiting) must end the worker: Ruby has already
+/// marked the thread as being killed, so a dropped one would make it
+/// unkillable. Any other error from the clean-up (e.g. a block that froze
+/// its thread, so its name cannot be reset) retires the worker: it ends
+/// after this task rather than carry the block's state into the next.
+#[derive(Default)]
+pub(super) struct Aftermath {
+    jump: Option<i32>,
+    retire: bool,
+}
+
+impl Aftermath {
+    fn take<T>(&mut self, r: Result<T, Error>) -> Option<T> {
+        match r {
+            Ok(v) => Some(v),
+            Err(e) => {
+                match jump_tag(&e) {
+                    Some(tag) => {
+                        self.jump.get_or_insert(tag);
+                        // The worker resumes it from its entry frame, with
+                        // no Ruby frame above: until then, later calls
+                        // rescue errors with a plain `$!`.
+                        sys::clear_errinfo();
+                    }
+                    None => self.retire = true,
+                }
+                None
+            }
+        }
+    }
+
+    fn after(self) -> After {
+        match (self.jump, self.retire) {
+            (Some(tag), _) => After::End(Some(tag)),
+            (None, true) => After::End(None),
+            (None, false) => After::Continue,
+        }
+    }
+}
+
+/// Ends a task as killed if its run unwinds (a panic) between start and
+/// finish, so that joiners wake and the worker leaves the busy list; the
+/// normal paths disarm it.
+pub(super) struct Unfinished {
+    obj: VALUE,
+    me: VALUE,
+    armed: bool,
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.armed {
+            leave_busy(self.me);
+            // Nowhere to report an error while unwinding; the task is
+            // recorded as killed before any Ruby call is made.
+            let _ = Task::of(self.obj).finish(self.obj, Phase::Killed, QNIL);
+        }
+    }
+}
+
+pub(super) fn leave_busy(me: VALUE) {
+    with(|p| {
+        if let Some(i) = p.busy.iter().position(|&t| t == me) {
+            p.busy.swap_remove(i);
+        }
+    });
+}
+
+/// Runs one task on this worker, as Thread.new runs its block, and says
+/// whether the worker goes on. `class_word`: the worker's (see
+/// `clean_thread`), or None for a thread of its own, which ends after
+/// the block as it is.
+pub(super) fn run(obj: VALUE, me: VALUE, class_word: Option<VALUE>) -> After {
+    let task = Task::of(obj);
+    let start = task.start(me);
+    let mut guard = Unfinished {
+        obj,
+        me,
+        armed: true,
+    };
+    // The block starts with the task's name and flags (defaults, unless
+    // set on the task before it started).
+    let prepared = prepare_thread(me, &start);
+    let outcome = prepared.and_then(|()| {
+        if start.pending_raise != QNIL {
+            Err(exception_error(start.pending_raise))
+        } else {
+            let v = sys::call_proc(start.block, start.args, start.kw_splat)?;
+            // As when a thread's block returns: close a scheduler it set.
+            sys::close_fiber_scheduler()?;
+            Ok(v)
+        }
+    });
+    sys::gc_guard(start.block);
+    sys::gc_guard(start.args);
+    if outcome.as_ref().is_err_and(errors::is_jump) {
+        sys::clear_errinfo(); // see Aftermath::take
+    }
+    let mut aftermath = Aftermath::default();
+    // If reading them fails (an interrupt consumed there), the flags the
+    // block started with.
+    let (report, abort) = aftermath
+        .take(thread_flags(me))
+        .unwrap_or((start.report_on_exception, start.abort_on_exception));
+    task.set_flags(report, abort);
+    let (phase, result, raised) = match outcome {
+        Ok(v) => (Phase::Finished, v, None),
+        Err(e) => match (jump_tag(&e), e.value()) {
+            // Killed (Task#kill, Thread.exit, process exit): the worker ends.
+            (Some(tag), _) => {
+                aftermath.jump.get_or_insert(tag);
+                (Phase::Killed, QNIL, None)
+            }
+            (None, Some(exc)) => {
+                let exc = sys::raw(exc.as_value());
+                // A scheduler the block set is closed on this path too, so
+                // the next block does not inherit it.
+                aftermath.take(sys::close_fiber_scheduler());
+                if report && !is_system_exit(exc) {
+                    aftermath.take(report_exception(me, task, exc));
+                }
+                (Phase::Raised, exc, Some(exc))
+            }
+            (None, None) => (Phase::Killed, QNIL, None),
+        },
+    };
+    match class_word {
+        Some(class_word) => {
+            aftermath.take(clean_thread(me, class_word));
+        }
+        None => aftermath.retire = true,
+    }
+    leave_busy(me);
+    guard.armed = false;
+    aftermath.take(task.finish(obj, phase, result));
+    if let Some(exc) = raised {
+        // SystemExit always, other exceptions with abort_on_exception: the
+        // main thread gets it, as Ruby does for its threads.
+        let to_main = if is_system_exit(exc) || abort {
+            Ok(true)
+        } else {
+            global_abort()
+        };
+        if aftermath.take(to_main) == Some(true) {
+            aftermath.take(sys::funcall(
+                sys::main_thread(),
+                sys::name!(c"raise"),
+                &[exc],
+            ));
+        }
+    }
+    aftermath.after()
+}
+
+pub(super) fn exception_error(exc: VALUE) -> Error {
+    match Exception::from_value(sys::value(exc)) {
+        Some(e) => e.into(),
+        None => errors::type_error("exception object expected".into()),
+    }
+}
+
+pub(super) fn is_system_exit(exc: VALUE) -> bool {
+    let ruby = Ruby::get_with(sys::value(exc));
+    sys::value(exc).is_kind_of(ruby.exception_system_exit())
+}
+
+/// `Thread.abort_on_exception` or `$DEBUG`.
+pub(super) fn global_abort() -> Result<bool, Error> {
+    let ruby = Ruby::get().expect("a Ruby thread");
+    let thread = sys::raw(ruby.class_thread().as_value());
+    let abort = sys::value(sys::funcall(
+        thread,
+        sys::name!(c"abort_on_exception"),
+        &[],
+    )?)
+    .to_bool();
+    Ok(abort || sys::value(sys::global_variable(c"$DEBUG")).to_bool())
+}
+
+/// Sets the worker's name and exception flags for the task about to run.
+pub(super) fn prepare_thread(me: VALUE, start: &crate::task::Start) -> Result<(), Error> {
+    let ruby = Ruby::get().expect("a Ruby thread");
+    let t = |b: bool| sys::raw(ruby.into_value(b));
+    if start.name != QNIL {
+        sys::funcall(me, sys::name!(c"name="), &[start.name])?;
+    }
+    sys::funcalls([
+        (
+            me,
+            sys::name!(c"report_on_exception="),
+            &[t(start.report_on_exception)],
+        ),
+        (
+            me,
+            sys::name!(c"abort_on_exception="),
+            &[t(start.abort_on_exception)],
+        ),
+    ])?;
+    // The spawner's priority, as Thread.new gives it (its group is the
+    // worker's: see `spawner_placement`).
+    if start.priority != 0 {
+        sys::funcall(me, sys::name!(c"priority="), &[sys::fixnum(start.priority)])?;
+    }
+    Ok(())
+}
+
+/// The worker's exception flags when the block ended.
+pub(super) fn thread_flags(me: VALUE) -> Result<(bool, bool), Error> {
+    let [report, abort] = sys::funcalls([
+        (me, sys::name!(c"report_on_exception"), &[]),
+        (me, sys::name!(c"abort_on_exception"), &[]),
+    ])?;
+    Ok((sys::value(report).to_bool(), sys::value(abort).to_bool()))
+}
+
+/// Leaves nothing of the block on the worker: fiber-locals, thread
+/// variables, its name, priority and ThreadGroup go, so the next block
+/// starts fresh and an idle worker keeps no user object alive.
+pub(super) fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
+    if sys::value(me).is_frozen() {
+        // A block froze Thread.current: the next block could not set a
+        // fiber-local on it. Retire the worker (any error here does).
+        return Err(errors::thread_error("a block froze its thread"));
+    }
+    // Read together (one protect): the resets below run no code of the
+    // block's (a block that gave its thread methods retires it, last).
+    let [keys, name, priority, group] = sys::funcalls([
+        (me, sys::name!(c"keys"), &[]),
+        (me, sys::name!(c"name"), &[]),
+        (me, sys::name!(c"priority"), &[]),
+        (me, sys::name!(c"group"), &[]),
+    ])?;
+    if let Some(keys) = magnus::RArray::from_value(sys::value(keys)) {
+        for k in keys.into_iter() {
+            sys::funcall(me, sys::name!(c"[]="), &[sys::raw(k), QNIL])?;
+        }
+    }
+    sys::clear_thread_variables(me);
+    if sys::has_user_ivars(me) {
+        // Instance variables set on Thread.current (Rails 7 keeps its
+        // per-thread execution state, CurrentAttributes included, in one):
+        // a fresh thread has none, so the next block must not see them.
+        sys::remove_ivars(me)?;
+    }
+    if name != QNIL {
+        // Ruby gave the native thread the block's name, and clears it here.
+        sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
+        sys::name_native_thread(WORKER_NATIVE_NAME);
+    }
+    // Priority: the spawner's, or what the block set; a ThreadGroup only
+    // a block puts its worker in. A worker stuck in a group (the block
+    // enclosed it, or joined an enclosed one) retires: it ends there, as
+    // its thread would have.
+    rest_from(me, priority, group)?;
+    if sys::class_word(me) != class_word {
+        // Singleton methods or modules a block gave Thread.current cannot
+        // be taken back: retire the worker rather than pass them on. Last,
+        // so that the resets above still run (through any overrides).
+        // Compared with the class word the worker started with, so that a
+        // thread a `:thread_begin` hook gave a singleton class is not
+        // retired after every block (methods a block adds to that class go
+        // unnoticed).
+        return Err(errors::thread_error("a block changed its thread's class"));
+    }
+    Ok(())
+}
+
+/// Thread.new's report: "#<Thread:0x... file:line run> terminated with
+/// exception (report_on_exception is true):" and the exception's full
+/// message, on $stderr.
+pub(super) fn report_exception(me: VALUE, task: &Task, exc: VALUE) -> Result<(), Error> {
+    let ruby = Ruby::get().expect("a Ruby thread");
+    let header = thread_to_s(me, task)?;
+    let module = ruby.class_object().const_get::<_, RModule>("RapidThread")?;
+    sys::funcall(
+        sys::raw(module.as_value()),
+        sys::name!(c"__report_exception"),
+        &[sys::raw(ruby.str_new(&header).as_value()), exc],
+    )?;
+    Ok(())
+}
+
+/// `rb_thread_to_s` as it reads for a Thread.new thread running the
+/// task's block: the worker's address and name, the block's location.
+pub(super) fn thread_to_s(me: VALUE, task: &Task) -> Result<String, Error> {
+    let mut s = format!("#<Thread:{:#018x}", me);
+    let name = sys::funcall(me, sys::name!(c"name"), &[])?;
+    if name != QNIL {
+        s.push('@');
+        s.push_str(&String::try_convert(sys::value(name))?);
+    }
+    let block = task.block();
+    if block != QNIL {
+        let loc = sys::funcall(block, sys::name!(c"source_location"), &[])?;
+        if let Ok((file, line)) = <(String, i64)>::try_convert(sys::value(loc)) {
+            s.push_str(&format!(" {}:{}", file, line));
+        }
+    }
+    s.push_str(" run> terminated with exception (report_on_exception is true):\n");
+    Ok(s)
+}
