@@ -383,10 +383,8 @@ fn spawn_on_own_thread(obj: VALUE) -> Result<(), Error> {
     // Swept when the list doubles: amortized, a few checks per spawn.
     if with(|p| p.own_threads.len() >= p.own_sweep_at) {
         let mut i = 0;
-        while let Some((_, task)) = with(|p| p.own_threads.get(i).copied()) {
-            // Removes the entry of a lost thread (and ends its task).
-            waits_for_own_thread(task)?;
-            if with(|p| p.own_threads.get(i).is_some_and(|e| e.1 == task)) {
+        while let Some((t, task)) = with(|p| p.own_threads.get(i).copied()) {
+            if !forget_if_lost(t, task)? {
                 i += 1;
             }
         }
@@ -429,12 +427,20 @@ fn waits_for_own_thread(task: VALUE) -> Result<bool, Error> {
     let Some(t) = with(|p| p.own_threads.iter().find(|e| e.1 == task).map(|e| e.0)) else {
         return Ok(false);
     };
-    if !sys::value(sys::funcall(t, sys::name!(c"alive?"), &[])?).to_bool() {
-        // Still listed: its body never ran (that would have removed it).
-        with(|p| p.own_threads.retain(|e| e.1 != task));
-        if Task::of(task).runnable() {
-            Task::of(task).kill_pending()?;
-        }
+    forget_if_lost(t, task)?;
+    Ok(true)
+}
+
+/// For the listed thread of its own `t` and its task: if `t` is dead, its
+/// body never ran (that would have removed the entry), so the entry goes
+/// and the task ends as killed. Whether it was lost.
+fn forget_if_lost(t: VALUE, task: VALUE) -> Result<bool, Error> {
+    if sys::value(sys::funcall(t, sys::name!(c"alive?"), &[])?).to_bool() {
+        return Ok(false);
+    }
+    with(|p| p.own_threads.retain(|e| e.1 != task));
+    if Task::of(task).runnable() {
+        Task::of(task).kill_pending()?;
     }
     Ok(true)
 }
