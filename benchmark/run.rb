@@ -19,6 +19,8 @@
 #                    side for the thread-creation benchmarks (PEER below)
 #     --idle LIST    waiter counts for the idle-waiters scenario
 #                    (default 0,100,1000,5000; "none" skips it)
+#     --suite NAME   the scripts of benchmark/NAME/ instead (calls: the
+#                    per-call rows of rake bench:calls)
 #     --from-json P  re-print the table and re-draw the chart of a saved run
 #     --baseline LIB another build of the gem (its lib/ directory, e.g. a
 #                    git worktree of an older commit after rake compile) as
@@ -47,6 +49,7 @@ OptionParser.new do |o|
   o.on("--json PATH") { |v| opts[:json] = v }
   o.on("--chart PATH") { |v| opts[:chart] = v }
   o.on("--from-json PATH") { |v| opts[:from] = v }
+  o.on("--suite NAME") { |v| opts[:suite] = v }
   o.on("--control") { opts[:control] = true }
   o.on("--no-control") { opts[:with_control] = false }
   o.on("--peer") { opts[:peer] = true }
@@ -102,7 +105,8 @@ BEYOND_STOCK = { "batch_drain" => ["gem vs plain", 5.0, ">="], "select_handoff" 
 # Benchmarks with a concurrent-ruby side under --peer.
 PEER = %w[spawn_storm vm_thread_create_join].freeze
 
-all = Dir[File.join(DIR, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl probe run apps]
+SCRIPTS = opts[:suite] ? File.join(DIR, opts[:suite]) : DIR
+all = Dir[File.join(SCRIPTS, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl lib_impl probe run apps]
 names = ARGV.empty? ? all.sort_by { |n| [n.start_with?("vm_thread_") ? 0 : 1, n] } : ARGV
 names.each { |n| abort "no benchmark #{n} (have: #{all.sort.join(', ')})" unless all.include?(n) }
 
@@ -113,6 +117,7 @@ def sides_for(name, opts)
   s["concurrent"] = "concurrent" if opts[:peer] && PEER.include?(name)
   s["before"] = "gem" if opts[:baseline]
   s["plain"] = "gem-plain" if BEYOND_STOCK.key?(name) && !opts[:control]
+  s["floor"] = "floor" if !opts[:control] && File.read(File.join(SCRIPTS, "#{name}.rb")).include?("LibBench.floor?")
   s
 end
 
@@ -190,7 +195,7 @@ else
           sides.each do |side, impl|
             progress(started, name, mode, "round #{r + 1}/#{opts[:rounds]}", side)
             env = side == "before" ? { "RAPID_THREAD_BENCH_LIB" => opts[:baseline] } : {}
-            runs[side] << run_one(File.join(DIR, "#{name}.rb"), impl, mode, opts[:scale], env)
+            runs[side] << run_one(File.join(SCRIPTS, "#{name}.rb"), impl, mode, opts[:scale], env)
           end
         end
       end
@@ -203,6 +208,7 @@ else
                 vs_peer: s["concurrent"] && ratio.(s["concurrent"][:wall], s["gem"][:wall]),
                 vs_before: s["before"] && ratio.(s["before"][:wall], s["gem"][:wall]),
                 vs_plain: s["plain"] && ratio.(s["plain"][:wall], s["gem"][:wall]),
+                vs_floor: s["floor"] && ratio.(s["gem"][:wall], s["floor"][:wall]),
                 raw: runs }
     end
   end
@@ -305,6 +311,16 @@ unless beyond.empty?
     _label, target, op = BEYOND_STOCK.fetch(r[:name], ["", 0, ">="])
     met = r[:vs_plain].public_send(op, target) ? "met" : "MISSED"
     puts "| #{r[:name]} | #{r[:mode]} | #{sec.(s['plain'][:wall])} | #{sec.(s['gem'][:wall])} | #{x.(r[:vs_plain])} | #{op} #{target}x: #{met} |"
+  end
+end
+floors = rows.select { |r| r[:vs_floor] }
+unless floors.empty?
+  puts "\nFloors: the same program with the hand-off taken out, on stock (benchmark/libs/lib_impl.rb); " \
+       "gem / floor is how far the row is from what the library's own code costs (wall medians):\n\n"
+  puts "| name | mode | floor s | gem s | gem / floor |", "|---|---|---|---|---|"
+  floors.each do |r|
+    s = r[:sides].transform_keys(&:to_s)
+    puts "| #{r[:name]} | #{r[:mode]} | #{sec.(s['floor'][:wall])} | #{sec.(s['gem'][:wall])} | #{x.(r[:vs_floor])} |"
   end
 end
 failed = rows.reject { |r| r[:failures].nil? || r[:failures].empty? }

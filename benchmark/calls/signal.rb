@@ -1,0 +1,11 @@
+# Per call: ConditionVariable#signal with nobody waiting.
+require_relative "../impl"
+
+n = BenchImpl.n(3_000_000)
+cv = BenchImpl::ConditionVariable.new
+BenchProbe.start
+i = 0
+while i < n
+  cv.signal
+  i += 1
+end
