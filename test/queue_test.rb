@@ -45,6 +45,21 @@ class QueueTest < RapidThreadTest
     assert_equal "wrong number of arguments (given 2, expected 0..1)", e.message
   end
 
+  # Queue.new without arguments takes a fast entry point of its own
+  # (queue.rs `initialize_fast`); calling initialize again behaves as
+  # stock's, with or without items, open or closed.
+  def test_initialize_again_matches_stock
+    [StockQueue, Q].map do |k|
+      q = k.new([1, 2])
+      q.send(:initialize)
+      a = [q.size, q.closed?]
+      q.send(:initialize, [3])
+      q.close
+      q.send(:initialize)
+      a + [q.size, q.closed?, q.pop]
+    end.then { |stock, ours| assert_equal stock, ours }
+  end
+
   def test_initial_items_are_not_shared_with_the_argument
     a = [1, 2]
     q = Q.new(a)

@@ -149,6 +149,28 @@ fn broadcast(rb_self: Value) -> Result<Value, Error> {
     Ok(rb_self)
 }
 
+/// Hot path of `signal` and `broadcast` with nobody waiting (most calls in
+/// concurrent-ruby, whose every resolution broadcasts): no wake-up loop.
+/// A waiter, or a wrong receiver, takes the full method.
+fn nobody_waiting(rb_self: &Value) -> bool {
+    sys::typed_ref::<ConditionVariable>(rb_self)
+        .is_some_and(|cv| cv.state.with(|s| waiters(s).is_empty()))
+}
+
+extern "C" fn signal_fast(rb_self: Value) -> Value {
+    match std::panic::catch_unwind(|| nobody_waiting(&rb_self)) {
+        Ok(true) => rb_self,
+        _ => sys::call_method0(method!(signal, 0), rb_self),
+    }
+}
+
+extern "C" fn broadcast_fast(rb_self: Value) -> Value {
+    match std::panic::catch_unwind(|| nobody_waiting(&rb_self)) {
+        Ok(true) => rb_self,
+        _ => sys::call_method0(method!(broadcast, 0), rb_self),
+    }
+}
+
 fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
     Err(errors::cannot_dump(rb_self))
 }
@@ -160,7 +182,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
     sys::undef_method(class.as_value(), c"initialize_copy");
     class.define_method("marshal_dump", method!(marshal_dump, 0))?;
     class.define_method("wait", method!(wait, -1))?;
-    class.define_method("signal", method!(signal, 0))?;
-    class.define_method("broadcast", method!(broadcast, 0))?;
+    class.define_method("signal", signal_fast as sys::RawMethod0)?;
+    class.define_method("broadcast", broadcast_fast as sys::RawMethod0)?;
     Ok(class)
 }

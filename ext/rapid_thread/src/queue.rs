@@ -509,6 +509,36 @@ fn initialize(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     Ok(rb_self)
 }
 
+/// Hot path of `Queue.new` with no argument (concurrent-ruby makes a Queue
+/// per worker, connection_pool one per pool): magnus' `scan_args` formats
+/// its argument spec into a String on every call, which cost half of
+/// `Queue.new` (docs/design-details.md, "Per call"). Anything else (an
+/// initial enumerable, a wrong receiver, wrong arity) takes the full
+/// `initialize`.
+extern "C" fn initialize_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
+    let done = std::panic::catch_unwind(|| {
+        if argc != 0 {
+            return None;
+        }
+        sys::typed_ref::<Queue>(&rb_self)?.state.with(|s| {
+            let s = s.fresh();
+            s.items.clear();
+            s.initialized = true;
+        });
+        Some(())
+    });
+    match done {
+        Ok(Some(())) => rb_self,
+        _ => initialize_slow(argc, argv, rb_self),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn initialize_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
+    sys::call_method_v(method!(initialize, -1), argc, argv, rb_self)
+}
+
 fn push(rb_self: Value, obj: Value) -> Result<Value, Error> {
     Queue::get(&rb_self)?.push_item(rb_self, sys::raw(obj))
 }
@@ -670,7 +700,7 @@ fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
 pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
     let class = module.define_class("Queue", ruby.class_object())?;
     class.define_alloc_func::<Queue>();
-    class.define_method("initialize", method!(initialize, -1))?;
+    class.define_method("initialize", initialize_fast as sys::RawMethodV)?;
     sys::undef_method(class.as_value(), c"initialize_copy");
     class.define_method("marshal_dump", method!(marshal_dump, 0))?;
     class.define_method("freeze", method!(freeze, 0))?;

@@ -323,6 +323,8 @@ pub fn undef_method(class: Value, name: &std::ffi::CStr) {
 // Hot-path method entry points
 // ---------------------------------------------------------------------------
 
+/// A method body as `rb_define_method` sees it with arity 0.
+pub type RawMethod0 = unsafe extern "C" fn(Value) -> Value;
 /// A method body as `rb_define_method` sees it with arity 1.
 pub type RawMethod1 = unsafe extern "C" fn(Value, Value) -> Value;
 /// A method body with arity -1 (`argc, argv, self`).
@@ -338,6 +340,13 @@ pub fn call_method1(f: RawMethod1, rb_self: Value, a: Value) -> Value {
     unsafe { f(rb_self, a) }
 }
 
+/// As [`call_method1`] for arity 0 wrappers.
+#[inline(always)]
+pub fn call_method0(f: RawMethod0, rb_self: Value) -> Value {
+    // SAFETY: as for call_method1.
+    unsafe { f(rb_self) }
+}
+
 /// As [`call_method1`] for arity -1 wrappers.
 #[inline(always)]
 pub fn call_method_v(
@@ -350,8 +359,13 @@ pub fn call_method_v(
     unsafe { f(argc, argv, rb_self) }
 }
 
-/// `NUM2LONG`, with Ruby's own TypeError / RangeError.
+/// `NUM2LONG`, with Ruby's own TypeError / RangeError. A Fixnum is read
+/// in place (no `rb_protect`: `SizedQueue.new(n)` is a per-call row).
 pub fn num2long(v: VALUE) -> Result<i64, Error> {
+    if rb_sys::FIXNUM_P(v) {
+        // SAFETY: `v` is a Fixnum, which FIX2LONG decodes without a call.
+        return Ok(unsafe { rb_sys::FIX2LONG(v) } as i64);
+    }
     let mut out = 0i64;
     let out_ptr = &mut out as *mut i64;
     // SAFETY: rb_num2long may raise; protect catches it. `out` outlives the
