@@ -109,4 +109,34 @@ class SpinPolicyTest < Minitest::Test
     assert_equal "woken\n", child_output("CV = Thread::ConditionVariable\n#{code}", cpu: 0)
     assert_equal "woken\n#{PARKS}\n", child_output("CV = RapidThread::ConditionVariable\n#{code}", cpu: 0)
   end
+
+  # A list that never woke anyone counts as active as the process (spin.rs,
+  # ACTIVE_WINDOW): concurrent-ruby waits on a fresh ConditionVariable for
+  # each future. Here every round makes one wait on a long-lived Queue and
+  # one on a new condition variable; on one CPU each active wait parks, so
+  # the fresh ones park too (about 4,000 parks), where they once went
+  # straight to Ruby's sleep (about 2,000).
+  def test_a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process
+    skip "waits park on Ruby 3.1/3.2 only" unless PARKS
+    code = <<~'RUBY'
+      jobs = RapidThread::Queue.new
+      m = Mutex.new
+      echo = Thread.new do
+        while (job = jobs.pop)
+          m.synchronize { job[:done] = true; job[:cv].signal }
+        end
+      end
+      2000.times do
+        job = { cv: RapidThread::ConditionVariable.new }
+        m.synchronize do
+          jobs << job
+          job[:cv].wait(m) until job[:done]
+        end
+      end
+      jobs << nil
+      echo.join
+      puts RapidThread.spin_stats[:parks] > 3000
+    RUBY
+    assert_equal "true\n", child_output(code, cpu: 0)
+  end
 end

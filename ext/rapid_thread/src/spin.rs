@@ -90,10 +90,14 @@ fn parking_allowed() -> bool {
 }
 
 /// A wait list counts as active when it woke someone within this window.
-/// Waiters on a dormant list (nobody woken lately: a fresh queue, idle
-/// workers, threads parked for good) go straight to Ruby's sleep: their spin
-/// would almost surely be futile, and a futile spin costs CPU plus one more
-/// GVL hand-off just to go to sleep (docs/design-details.md, "Many waiters").
+/// Waiters on a dormant list (nobody woken lately: idle workers, threads
+/// parked for good) go straight to Ruby's sleep: their spin would almost
+/// surely be futile, and a futile spin costs CPU plus one more GVL
+/// hand-off just to go to sleep (docs/design-details.md, "Many waiters").
+/// A list that never woke anyone (a fresh one, such as the condition
+/// variable concurrent-ruby makes for each future) is as active as the
+/// process: it counts from the last wake-up of any list
+/// (`sys::WaitList`'s enter).
 const ACTIVE_WINDOW: Duration = Duration::from_millis(10);
 
 /// When waits may spin again (`sys::monotonic_ns`), 0 for now.

@@ -28,11 +28,23 @@ pub fn thread_alone() -> bool {
     unsafe { rb_sys::rb_thread_alone() != 0 }
 }
 
+static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
 /// Nanoseconds since the first call (a process-wide monotonic clock that
 /// fits an atomic).
 pub fn monotonic_ns() -> u64 {
-    static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// `t` on the [`monotonic_ns`] clock (0 for an instant before its epoch),
+/// and back: an Instant kept in an atomic.
+pub fn instant_ns(t: Instant) -> u64 {
+    t.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
+        .as_nanos() as u64
+}
+
+pub fn ns_instant(ns: u64) -> Instant {
+    *EPOCH.get_or_init(Instant::now) + std::time::Duration::from_nanos(ns)
 }
 
 /// Nanoseconds on the kernel's coarse monotonic clock (the last tick: a

@@ -2,7 +2,7 @@
 
 use std::cell::Cell;
 use std::ptr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 use std::time::Instant;
 
 use magnus::rb_sys::protect;
@@ -242,6 +242,26 @@ pub struct WaitList {
     last_wake_cpu: i32,
 }
 
+/// When any wait list of the process last woke someone (`instant_ns`; 0:
+/// never), and the waker's CPU. A list that has never woken anyone (a
+/// fresh one) reports these as its own: concurrent-ruby makes a
+/// ConditionVariable per future, whose one wait would otherwise always
+/// count as dormant (crate::spin, `ACTIVE_WINDOW`). Atomics, not GVL
+/// state: waits in other Ractors run under their own GVLs; a torn pair
+/// only misjudges one wait's plan.
+static PROCESS_LAST_WAKE_NS: AtomicU64 = AtomicU64::new(0);
+static PROCESS_LAST_WAKE_CPU: AtomicI32 = AtomicI32::new(-1);
+
+fn process_last_wake() -> (Option<Instant>, i32) {
+    match PROCESS_LAST_WAKE_NS.load(Ordering::Relaxed) {
+        0 => (None, -1),
+        ns => (
+            Some(ns_instant(ns)),
+            PROCESS_LAST_WAKE_CPU.load(Ordering::Relaxed),
+        ),
+    }
+}
+
 impl Default for WaitList {
     fn default() -> Self {
         WaitList::new()
@@ -300,13 +320,17 @@ impl WaitList {
         w.linked.set(true);
         self.linked += 1;
         w.fork_gen.set(fork_generation());
-        w.list_last_wake.set(self.last_wake);
-        w.list_last_wake_cpu.set(self.last_wake_cpu);
+        let (last_wake, last_wake_cpu) = match self.last_wake {
+            Some(t) => (Some(t), self.last_wake_cpu),
+            None => process_last_wake(),
+        };
+        w.list_last_wake.set(last_wake);
+        w.list_last_wake_cpu.set(last_wake_cpu);
         // A group is as active as the most active of its lists.
         let head = w.head();
-        if self.last_wake > head.list_last_wake.get() {
-            head.list_last_wake.set(self.last_wake);
-            head.list_last_wake_cpu.set(self.last_wake_cpu);
+        if last_wake > head.list_last_wake.get() {
+            head.list_last_wake.set(last_wake);
+            head.list_last_wake_cpu.set(last_wake_cpu);
         }
         self.waiting += 1;
     }
@@ -354,8 +378,11 @@ impl WaitList {
             if w.group_woken() {
                 continue;
             }
-            self.last_wake = Some(Instant::now());
+            let now = Instant::now();
+            self.last_wake = Some(now);
             self.last_wake_cpu = current_cpu();
+            PROCESS_LAST_WAKE_NS.store(instant_ns(now), Ordering::Relaxed);
+            PROCESS_LAST_WAKE_CPU.store(self.last_wake_cpu, Ordering::Relaxed);
             // SAFETY: as above; the lifetime is tied to `&mut self`, i.e.
             // to a region during which the GVL is held.
             return Some(unsafe { &*(w as *const Waiter) });
