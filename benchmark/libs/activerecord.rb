@@ -5,7 +5,7 @@ require_relative "lib_impl"
 require "tmpdir"
 require "active_record"
 
-per_thread = LibBench.n(1_000)
+per_thread = LibBench.n(300)
 Dir.mktmpdir do |dir|
   ActiveRecord::Base.establish_connection(adapter: "sqlite3", database: File.join(dir, "bench.sqlite3"),
                                           pool: 4, checkout_timeout: 30)

@@ -4,7 +4,7 @@
 require_relative "lib_impl"
 require "concurrent"
 
-n = LibBench.n(20_000)
+n = LibBench.n(10_000)
 executor = LibBench.floor? ? :immediate : :io
 Concurrent::Promises.future_on(executor) { 0 }.value! # the pool's first thread
 BenchProbe.start

@@ -3,7 +3,7 @@
 require_relative "lib_impl"
 require "concurrent"
 
-n = LibBench.n(10_000)
+n = LibBench.n(4_000)
 executor = LibBench.floor? ? :immediate : :io
 BenchProbe.start
 sum = 0

@@ -3,7 +3,7 @@
 require_relative "lib_impl"
 require "concurrent"
 
-n = LibBench.n(1_000)
+n = LibBench.n(300)
 executor = LibBench.floor? ? :immediate : :io
 BenchProbe.start
 total = 0

@@ -6,7 +6,7 @@
 require_relative "lib_impl"
 require "timeout"
 
-n = LibBench.n(50_000)
+n = LibBench.n(20_000)
 BenchProbe.start
 sum = 0
 if LibBench.floor?
