@@ -106,7 +106,7 @@ BEYOND_STOCK = { "batch_drain" => ["gem vs plain", 5.0, ">="], "select_handoff" 
 PEER = %w[spawn_storm vm_thread_create_join].freeze
 
 SCRIPTS = opts[:suite] ? File.join(DIR, opts[:suite]) : DIR
-all = Dir[File.join(SCRIPTS, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl lib_impl probe run apps]
+all = Dir[File.join(SCRIPTS, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl lib_impl call_impl probe run apps]
 names = ARGV.empty? ? all.sort_by { |n| [n.start_with?("vm_thread_") ? 0 : 1, n] } : ARGV
 names.each { |n| abort "no benchmark #{n} (have: #{all.sort.join(', ')})" unless all.include?(n) }
 

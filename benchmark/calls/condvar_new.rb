@@ -1,11 +1,4 @@
 # Per call: ConditionVariable.new (concurrent-ruby makes one per future).
-require_relative "../impl"
+require_relative "call_impl"
 
-n = BenchImpl.n(3_000_000)
-klass = BenchImpl::ConditionVariable
-BenchProbe.start
-i = 0
-while i < n
-  klass.new
-  i += 1
-end
+BenchCalls.run("k.new", setup: "k = BenchImpl::ConditionVariable")

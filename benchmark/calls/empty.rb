@@ -1,11 +1,4 @@
 # Per call: Queue#empty?.
-require_relative "../impl"
+require_relative "call_impl"
 
-n = BenchImpl.n(3_000_000)
-q = BenchImpl::Queue.new
-BenchProbe.start
-i = 0
-while i < n
-  q.empty?
-  i += 1
-end
+BenchCalls.run("q.empty?", setup: "q = BenchImpl::Queue.new")

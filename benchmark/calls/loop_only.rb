@@ -1,10 +1,5 @@
-# The empty loop every per-call row runs around its call: the share of
-# a row's time that is neither side's.
-require_relative "../impl"
+# Per call: nothing: the empty loop every row runs around its call, the
+# share of a row's time that is neither side's.
+require_relative "call_impl"
 
-n = BenchImpl.n(3_000_000)
-BenchProbe.start
-i = 0
-while i < n
-  i += 1
-end
+BenchCalls.run("nil")

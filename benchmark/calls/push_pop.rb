@@ -1,12 +1,4 @@
 # Per call: push + pop on one thread, nobody waiting.
-require_relative "../impl"
+require_relative "call_impl"
 
-n = BenchImpl.n(3_000_000)
-q = BenchImpl::Queue.new
-BenchProbe.start
-i = 0
-while i < n
-  q.push i
-  q.pop
-  i += 1
-end
+BenchCalls.run("q.push(i); q.pop", setup: "q = BenchImpl::Queue.new")

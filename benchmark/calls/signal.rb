@@ -1,11 +1,4 @@
 # Per call: ConditionVariable#signal with nobody waiting.
-require_relative "../impl"
+require_relative "call_impl"
 
-n = BenchImpl.n(3_000_000)
-cv = BenchImpl::ConditionVariable.new
-BenchProbe.start
-i = 0
-while i < n
-  cv.signal
-  i += 1
-end
+BenchCalls.run("cv.signal", setup: "cv = BenchImpl::ConditionVariable.new")

@@ -1,11 +1,4 @@
 # Per call: Queue#size on a queue of 3 items.
-require_relative "../impl"
+require_relative "call_impl"
 
-n = BenchImpl.n(3_000_000)
-q = BenchImpl::Queue.new([1, 2, 3])
-BenchProbe.start
-i = 0
-while i < n
-  q.size
-  i += 1
-end
+BenchCalls.run("q.size", setup: "q = BenchImpl::Queue.new([1, 2, 3])")

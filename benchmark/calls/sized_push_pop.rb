@@ -1,12 +1,4 @@
 # Per call: SizedQueue push + pop on one thread, nobody waiting.
-require_relative "../impl"
+require_relative "call_impl"
 
-n = BenchImpl.n(3_000_000)
-q = BenchImpl::SizedQueue.new(8)
-BenchProbe.start
-i = 0
-while i < n
-  q.push i
-  q.pop
-  i += 1
-end
+BenchCalls.run("q.push(i); q.pop", setup: "q = BenchImpl::SizedQueue.new(8)")

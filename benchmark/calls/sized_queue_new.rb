@@ -1,11 +1,4 @@
 # Per call: SizedQueue.new(8).
-require_relative "../impl"
+require_relative "call_impl"
 
-n = BenchImpl.n(3_000_000)
-klass = BenchImpl::SizedQueue
-BenchProbe.start
-i = 0
-while i < n
-  klass.new(8)
-  i += 1
-end
+BenchCalls.run("k.new(8)", setup: "k = BenchImpl::SizedQueue")
