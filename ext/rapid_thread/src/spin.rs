@@ -94,10 +94,11 @@ fn parking_allowed() -> bool {
 /// parked for good) go straight to Ruby's sleep: their spin would almost
 /// surely be futile, and a futile spin costs CPU plus one more GVL
 /// hand-off just to go to sleep (docs/design-details.md, "Many waiters").
-/// A list that never woke anyone (a fresh one, such as the condition
-/// variable concurrent-ruby makes for each future) is as active as the
-/// process: it counts from the last wake-up of any list
-/// (`sys::WaitList`'s enter).
+/// The first waiter of a list that never woke anyone (a fresh one, such
+/// as the condition variable concurrent-ruby makes for each future) counts
+/// from the process's last wake-up of any list (`sys::WaitList`'s enter);
+/// the next ones find it dormant, so a mass set-up on a fresh list spins
+/// once.
 const ACTIVE_WINDOW: Duration = Duration::from_millis(10);
 
 /// When waits may spin again (`sys::monotonic_ns`), 0 for now.

@@ -244,7 +244,7 @@ pub struct WaitList {
 
 /// When any wait list of the process last woke someone (`instant_ns`; 0:
 /// never), and the waker's CPU. A list that has never woken anyone (a
-/// fresh one) reports these as its own: concurrent-ruby makes a
+/// fresh one) reports these to its first waiter: concurrent-ruby makes a
 /// ConditionVariable per future, whose one wait would otherwise always
 /// count as dormant (crate::spin, `ACTIVE_WINDOW`). Atomics, not GVL
 /// state: waits in other Ractors run under their own GVLs; a torn pair
@@ -309,6 +309,14 @@ impl WaitList {
     /// `w` must stay at its address until `leave` has been called for it.
     unsafe fn enter(&mut self, w: &Waiter) {
         debug_assert!(!w.linked.get());
+        // A list that never woke anyone lends its first waiter the
+        // process's last wake-up (see `PROCESS_LAST_WAKE_NS`); later ones
+        // find it dormant, so a mass set-up on one fresh list spins once.
+        let (last_wake, last_wake_cpu) = match self.last_wake {
+            Some(t) => (Some(t), self.last_wake_cpu),
+            None if self.head.is_null() => process_last_wake(),
+            None => (None, -1),
+        };
         w.prev.set(self.tail);
         w.next.set(ptr::null());
         if let Some(t) = self.tail.as_ref() {
@@ -320,10 +328,6 @@ impl WaitList {
         w.linked.set(true);
         self.linked += 1;
         w.fork_gen.set(fork_generation());
-        let (last_wake, last_wake_cpu) = match self.last_wake {
-            Some(t) => (Some(t), self.last_wake_cpu),
-            None => process_last_wake(),
-        };
         w.list_last_wake.set(last_wake);
         w.list_last_wake_cpu.set(last_wake_cpu);
         // A group is as active as the most active of its lists.
@@ -381,7 +385,8 @@ impl WaitList {
             let now = Instant::now();
             self.last_wake = Some(now);
             self.last_wake_cpu = current_cpu();
-            PROCESS_LAST_WAKE_NS.store(instant_ns(now), Ordering::Relaxed);
+            // 0 means never (a wake-up at the clock's epoch counts as 1 ns).
+            PROCESS_LAST_WAKE_NS.store(instant_ns(now).max(1), Ordering::Relaxed);
             PROCESS_LAST_WAKE_CPU.store(self.last_wake_cpu, Ordering::Relaxed);
             // SAFETY: as above; the lifetime is tied to `&mut self`, i.e.
             // to a region during which the GVL is held.
