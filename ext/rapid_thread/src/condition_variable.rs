@@ -158,17 +158,21 @@ fn nobody_waiting(rb_self: &Value) -> bool {
 }
 
 extern "C" fn signal_fast(rb_self: Value) -> Value {
-    match std::panic::catch_unwind(|| nobody_waiting(&rb_self)) {
-        Ok(true) => rb_self,
-        _ => sys::call_method0(method!(signal, 0), rb_self),
+    // The panic's payload (if any) is dropped before the full method,
+    // which may raise, runs.
+    if std::panic::catch_unwind(|| nobody_waiting(&rb_self)).unwrap_or(false) {
+        return rb_self;
     }
+    sys::call_method0(method!(signal, 0), rb_self)
 }
 
 extern "C" fn broadcast_fast(rb_self: Value) -> Value {
-    match std::panic::catch_unwind(|| nobody_waiting(&rb_self)) {
-        Ok(true) => rb_self,
-        _ => sys::call_method0(method!(broadcast, 0), rb_self),
+    // The panic's payload (if any) is dropped before the full method,
+    // which may raise, runs.
+    if std::panic::catch_unwind(|| nobody_waiting(&rb_self)).unwrap_or(false) {
+        return rb_self;
     }
+    sys::call_method0(method!(broadcast, 0), rb_self)
 }
 
 fn marshal_dump(rb_self: Value) -> Result<Value, Error> {

@@ -526,10 +526,12 @@ extern "C" fn initialize_fast(argc: c_int, argv: *const Value, rb_self: Value) -
             s.initialized = true;
         });
         Some(())
-    });
+    })
+    .ok()
+    .flatten();
     match done {
-        Ok(Some(())) => rb_self,
-        _ => initialize_slow(argc, argv, rb_self),
+        Some(()) => rb_self,
+        None => initialize_slow(argc, argv, rb_self),
     }
 }
 
@@ -555,9 +557,10 @@ fn pop(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
 /// Hot path of `push`: see `try_append`; everything else (errors, waking a
 /// popper) goes through the full magnus-wrapped `push`.
 extern "C" fn push_fast(rb_self: Value, obj: Value) -> Value {
-    match std::panic::catch_unwind(|| try_append(&rb_self, sys::raw(obj))) {
-        Ok(Some(())) => rb_self,
-        _ => push_slow(rb_self, obj),
+    let appended = std::panic::catch_unwind(|| try_append(&rb_self, sys::raw(obj)));
+    match appended.ok().flatten() {
+        Some(()) => rb_self,
+        None => push_slow(rb_self, obj),
     }
 }
 
@@ -583,9 +586,9 @@ extern "C" fn pop_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value
             }
         })
     });
-    match item {
-        Ok(Some(v)) => sys::value(v),
-        _ => pop_slow(argc, argv, rb_self),
+    match item.ok().flatten() {
+        Some(v) => sys::value(v),
+        None => pop_slow(argc, argv, rb_self),
     }
 }
 

@@ -79,9 +79,9 @@ extern "C" fn push_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Valu
         let obj = sys::arg(argc, argv, 0).filter(|_| argc == 1)?;
         queue::try_append(&rb_self, sys::raw(obj))
     });
-    match appended {
-        Ok(Some(())) => rb_self,
-        _ => push_slow(argc, argv, rb_self),
+    match appended.ok().flatten() {
+        Some(()) => rb_self,
+        None => push_slow(argc, argv, rb_self),
     }
 }
 
