@@ -21,12 +21,19 @@
 #     --env K=V       extra environment for every side's puma (repeatable)
 #     --from-json P   re-print the table of a saved run
 #
-# Configs (all by default): single_pinned (5 threads, 20 connections,
-# puma on CPU 0 and wrk on CPU 1), single16 (16 threads, 50 connections,
-# a 2,000-iteration loop, unpinned), cluster (2 workers x 5 threads, 40
-# connections, unpinned). CPU per request is the user+system time of the
-# whole puma process tree over the measured window, divided by the
-# requests wrk completed in it.
+# Configs (these three by default): single_pinned (5 threads, 20
+# connections, puma on CPU 0 and wrk on CPU 1), single16 (16 threads, 50
+# connections, a 2,000-iteration loop, unpinned), cluster (2 workers x 5
+# threads, 40 connections, unpinned). CPU per request is the user+system
+# time of the whole puma process tree over the measured window, divided by
+# the requests wrk completed in it.
+#
+# Quota configs (`rake bench:apps_quota`): the same three shapes unpinned,
+# with puma in a CPU quota of 1 CPU or 0.5 CPU (quota1_single,
+# quota1_single16, quota1_cluster, quota05_...): a cgroup v1 group made
+# for each run and removed after it (benchmark/cgroup.rb; root only, else
+# they are skipped with the reason). wrk runs outside the quota. They add
+# the time the group was throttled, per second of the measured window.
 #
 # Ruby 3.1: Debian's puma and nio4r. Other Rubies: puma's Ruby code from
 # Debian's package, its C extension built for that Ruby by
@@ -40,6 +47,7 @@ require "fileutils"
 require "time"
 require "etc"
 require "tmpdir"
+require_relative "cgroup"
 
 DIR = __dir__
 ROOT = File.expand_path("..", DIR)
@@ -52,7 +60,19 @@ CONFIGS = {
                   desc: "single mode, 16 threads, 50 connections, 2,000-iteration loop, unpinned" },
   "cluster" => { threads: 5, workers: 2, connections: 40, loop: 200, pinned: false,
                  desc: "cluster mode, 2 workers x 5 threads, 40 connections, unpinned" }
-}.freeze
+}
+DEFAULT_CONFIGS = CONFIGS.keys.freeze
+# The quota configs: each shape unpinned, puma in a quota of 1 or 0.5 CPU.
+{ "quota1" => [100_000, "1 CPU"], "quota05" => [50_000, "0.5 CPU"] }.each do |prefix, (quota_us, what)|
+  { "single" => CONFIGS["single_pinned"], "single16" => CONFIGS["single16"], "cluster" => CONFIGS["cluster"] }
+    .each do |shape, conf|
+      CONFIGS["#{prefix}_#{shape}"] = conf.merge(pinned: false, quota_us: quota_us,
+                                                 desc: "#{conf[:desc].sub(/; puma on CPU 0.*|, unpinned/, '')}, " \
+                                                       "puma in a #{what} quota, wrk outside it")
+    end
+end
+CONFIGS.freeze
+QUOTA_CONFIGS = (CONFIGS.keys - DEFAULT_CONFIGS).freeze
 
 opts = { rounds: 5, duration: 5, warmup: 2, json: File.join(DIR, "results", "apps.json"),
          sides: %w[stock gem stock-b], extra: {} }
@@ -172,11 +192,18 @@ def wrk(port, conf, seconds)
 end
 
 def run_one(side, conf, opts)
+  return run_puma(side, conf, opts) unless conf[:quota_us]
+
+  CpuQuota.with(conf[:quota_us], grace: SHUTDOWN_LIMIT) { |quota| run_puma(side, conf, opts, quota) }
+end
+
+def run_puma(side, conf, opts, quota = nil)
   port = free_port
   argv, env = puma_command
   cmd = [*argv, "-b", "tcp://127.0.0.1:#{port}", "-t", "#{conf[:threads]}:#{conf[:threads]}",
          "-w", conf[:workers].to_s, "-e", "production", APP]
   cmd = ["taskset", "-c", "0", *cmd] if conf[:pinned]
+  cmd = quota.command(*cmd) if quota
   env = env.merge("APP_LOOP" => conf[:loop].to_s).merge(opts.fetch(:env, {})).merge(side_env(side, opts))
   log = File.join(Dir.tmpdir, "rapid_thread-apps-#{side}.log")
   pid = Process.spawn(env, *cmd, out: log, err: log, pgroup: true)
@@ -190,9 +217,16 @@ def run_one(side, conf, opts)
     wrk(port, conf, opts[:warmup]) if opts[:warmup] > 0
     pids = tree(pid)
     cpu0 = cpu_seconds(pids)
+    throttled0 = quota&.throttled
     r = wrk(port, conf, opts[:duration])
     cpu = cpu_seconds(pids) - cpu0
     result = r.merge(cpu_us_per_req: r[:requests] > 0 ? cpu * 1e6 / r[:requests] : nil)
+    if quota
+      t = quota.throttled
+      result[:throttled_ms_per_s] = (t[:throttled_ms] - throttled0[:throttled_ms]) / opts[:duration]
+      result[:throttled_periods] = t[:throttled_periods] - throttled0[:throttled_periods]
+    end
+    result
   ensure
     if stop_puma(pid)
       tail = File.exist?(log) ? File.readlines(log).last(30).join : "(no log)"
@@ -248,8 +282,8 @@ def print_table(data)
   compared.each do |other|
     puts "stock against #{other}:" if compared.size > 1
     puts "| config | rps stock / #{other} | rps ratio | p50 ms | p90 ms | p99 ms | p99 ratio | " \
-         "CPU µs/req | A/A rps | A/A p99 |"
-    puts "|---|---|---|---|---|---|---|---|---|---|"
+         "CPU µs/req | throttled ms/s | A/A rps | A/A p99 |"
+    puts "|---|---|---|---|---|---|---|---|---|---|---|"
     data["configs"].each do |name, c|
       s = c["runs"].fetch("stock", [])
       g = c["runs"].fetch(other, [])
@@ -262,6 +296,7 @@ def print_table(data)
            "#{fmt(m.(s, :p50), 2)} / #{fmt(m.(g, :p50), 2)} | #{fmt(m.(s, :p90))} / #{fmt(m.(g, :p90))} | " \
            "#{fmt(p99[0])} / #{fmt(p99[1])} | **#{fmt(ratio.(p99[1], p99[0]), 2)}x** | " \
            "#{fmt(m.(s, :cpu_us_per_req), 0)} / #{fmt(m.(g, :cpu_us_per_req), 0)} | " \
+           "#{fmt(m.(s, :throttled_ms_per_s))} / #{fmt(m.(g, :throttled_ms_per_s))} | " \
            "#{fmt(ratio.(m.(b, :rps), rps[0]), 2)}x | #{fmt(ratio.(m.(b, :p99), p99[0]), 2)}x |"
     end
     puts
@@ -275,8 +310,14 @@ if opts[:from]
   exit
 end
 
-names = ARGV.empty? ? CONFIGS.keys : ARGV
-names.each { |n| abort "apps.rb: unknown config #{n} (#{CONFIGS.keys.join(', ')})" unless CONFIGS[n] }
+names = ARGV.empty? ? DEFAULT_CONFIGS : ARGV
+names = QUOTA_CONFIGS if names == ["quota"]
+names.each { |n| abort "apps.rb: unknown config #{n} (#{CONFIGS.keys.join(', ')}, or quota)" unless CONFIGS[n] }
+if names.any? { |n| CONFIGS[n][:quota_us] } && (why = CpuQuota.unavailable)
+  warn "apps.rb: skipping the quota configs: no CPU quota can be made here (#{why})"
+  names = names.reject { |n| CONFIGS[n][:quota_us] }
+  exit if names.empty?
+end
 abort "apps.rb: wrk not found (bin/setup installs it)" unless system("command -v wrk >/dev/null")
 
 data = { "machine" => { "ruby" => RUBY_VERSION, "cpus" => Etc.nprocessors, "date" => Time.now.utc.iso8601,
@@ -289,8 +330,9 @@ opts[:rounds].times do |round|
     opts[:sides].rotate(round).each do |side|
       r = run_one(side, CONFIGS[n], opts)
       (data["configs"][n]["runs"][side] ||= []) << r.transform_keys(&:to_s)
-      warn format("round %d %-14s %-8s %8.0f rps  p50 %6.2f  p90 %6.2f  p99 %7.2f ms  %4.0f µs/req%s",
+      warn format("round %d %-16s %-8s %8.0f rps  p50 %6.2f  p90 %6.2f  p99 %7.2f ms  %4.0f µs/req%s%s",
                   round + 1, n, side, r[:rps], r[:p50], r[:p90], r[:p99], r[:cpu_us_per_req] || 0,
+                  r[:throttled_ms_per_s] ? format("  throttled %5.1f ms/s", r[:throttled_ms_per_s]) : "",
                   r[:errors] ? "  errors: #{r[:errors]}" : "")
     end
   end

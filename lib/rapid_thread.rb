@@ -56,7 +56,9 @@ require_relative "rapid_thread/task"
 # condition variable that woke someone in the last 10 ms parks instead: it sleeps on a futex of its own
 # with the GVL released, for at most 10 ms, before Ruby's sleep.
 # RapidThread.spin_stats counts what was decided
-# ({ spins:, late_spins:, parks:, quiet: }).
+# ({ spins:, late_spins:, parks:, quiet: }); RapidThread.cpu_budget says
+# how many CPUs the policy counts (the affinity mask, cut to a cgroup CPU
+# quota) and why.
 module RapidThread
   self.spin_us = Integer(ENV["RAPID_THREAD_SPIN_US"]) if ENV["RAPID_THREAD_SPIN_US"]
   self.gvl_spin_us = Integer(ENV["RAPID_THREAD_GVL_SPIN_US"]) if ENV["RAPID_THREAD_GVL_SPIN_US"]

@@ -29,6 +29,14 @@ namespace :bench do
     ruby "benchmark/apps.rb", "--json", "benchmark/results/apps-#{minor}.json", *ENV.fetch("CONFIGS", "").split(",")
   end
 
+  desc "The real server in a CPU quota: puma in a cgroup of 1 CPU and of 0.5 CPU (single 5 threads, " \
+       "single 16 threads, cluster; wrk outside it), with throttled time; root only, skipped otherwise"
+  task apps_quota: :compile do
+    minor = RUBY_VERSION[/\A\d+\.\d+/]
+    sh "bin/setup-puma", RbConfig.ruby unless minor == "3.1" && File.exist?("/usr/bin/puma")
+    ruby "benchmark/apps.rb", "--json", "benchmark/results/apps-quota-#{minor}.json", "quota"
+  end
+
   desc "The hand-off rows while a CPU-bound process pinned to each core runs beside them (stock against the gem)"
   task saturated: :compile do
     ruby "benchmark/run.rb", "--modes", "saturated", "--rounds", ENV.fetch("ROUNDS", "9"), "--scale", ENV.fetch("SCALE", "0.1"),
@@ -63,6 +71,10 @@ namespace :bench do
       ruby "benchmark/run.rb", "--suite", suite, "--rounds", "1", "--scale", "0.001", "--modes", "unpinned",
            "--idle", "none", "--json", "tmp/bench-smoke-#{suite}.json"
     end
+    # One quota config, for benchmark/cgroup.rb (skipped where no cgroup
+    # can be made); the other configs run in the suite's fairness test.
+    ruby "benchmark/apps.rb", "--rounds", "1", "--duration", "1", "--warmup", "0", "--sides", "stock,gem",
+         "--json", "tmp/bench-smoke-apps.json", "quota05_single"
   end
 end
 

@@ -27,6 +27,14 @@ end
 # RAPID_THREAD_RBS=1 (rake test:rbs): the gem's methods are checked at run
 # time against sig/rapid_thread.rbs (test/rbs/setup.rb).
 RBS_MODE = ENV["RAPID_THREAD_RBS"] == "1"
+# rake test:portable runs the suite on the portable build (src/sys/os.rs):
+# the loaded build says which it is.
+PORTABLE_BUILD = RapidThread.cpu_budget[:portable]
+raise "RAPID_THREAD_PORTABLE=1 but the Linux build is loaded" if ENV["RAPID_THREAD_PORTABLE"] == "1" && !PORTABLE_BUILD
+# Waits park on Ruby 3.1 and 3.2 only (spin.rs, `parking_allowed`), and
+# not in the portable build (no futexes); elsewhere those that may not
+# spin sleep in Ruby.
+WAITS_PARK = RUBY_VERSION < "3.3" && !PORTABLE_BUILD
 require_relative "rbs/setup" if RBS_MODE
 require "minitest/autorun"
 require "timeout"

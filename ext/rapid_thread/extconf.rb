@@ -7,6 +7,8 @@
 #   * `gem install`: in-place build in ext/rapid_thread, whose cargo target
 #     dir is deleted by `make install` so the installed gem stays small.
 # RAPID_THREAD_CARGO_PROFILE=dev builds the debug profile.
+# RAPID_THREAD_PORTABLE=1 builds what systems other than Linux get (cargo
+# feature `portable`, src/sys/os.rs), into its own target dir.
 require "mkmf"
 require "rbconfig"
 
@@ -17,7 +19,11 @@ profile = ENV.fetch("RAPID_THREAD_CARGO_PROFILE", "release")
 profile_dir = profile == "dev" ? "debug" : profile
 # One cargo target dir per Ruby: rb-sys's bindings differ, and sharing one
 # would rebuild everything at each switch.
-target_dir = in_place ? File.join(crate_dir, "target") : File.join(root, "target", "ruby-#{RUBY_VERSION}")
+portable = ENV["RAPID_THREAD_PORTABLE"] == "1"
+target_dir = in_place ? File.join(crate_dir, "target") : File.join(root, "target", "ruby-#{RUBY_VERSION}#{"-portable" if portable}")
+# cargo's name for the cdylib: lib<name>.dylib on macOS, lib<name>.so on
+# Linux and the BSDs.
+cdylib = RbConfig::CONFIG["host_os"].match?(/darwin/) ? "librapid_thread.dylib" : "librapid_thread.so"
 cargo = ENV.fetch("CARGO", find_executable("cargo") || File.join(Dir.home, ".cargo/bin/cargo"))
 dlext = RbConfig::CONFIG["DLEXT"]
 sitearchdir = RbConfig::CONFIG["sitearchdir"]
@@ -41,8 +47,8 @@ File.write("Makefile", <<~MAKE)
   # the file (rm, then cp) instead of rewriting it in place, so a running
   # process that has the old library mapped is not corrupted.
   $(DLLIB): FORCE
-  \tRUBY="$(RUBY)" "$(CARGO)" build --locked --manifest-path "$(CRATE_DIR)/Cargo.toml" --target-dir "$(TARGET_DIR)" --profile $(PROFILE)
-  \trm -f $(DLLIB) && cp "$(TARGET_DIR)/#{profile_dir}/librapid_thread.so" $(DLLIB)
+  \tRUBY="$(RUBY)" "$(CARGO)" build --locked --manifest-path "$(CRATE_DIR)/Cargo.toml" --target-dir "$(TARGET_DIR)" --profile $(PROFILE)#{" --features portable" if portable}
+  \trm -f $(DLLIB) && cp "$(TARGET_DIR)/#{profile_dir}/#{cdylib}" $(DLLIB)
 
   install: $(DLLIB)
   \tmkdir -p "$(DESTDIR)$(sitearchdir)$(target_prefix)"

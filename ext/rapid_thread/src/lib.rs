@@ -2,6 +2,7 @@
 //! shared waiting/wake-up machinery in `wait`, and every `unsafe` block in
 //! `sys`.
 
+mod cgroup;
 mod condition_variable;
 mod errors;
 mod queue;
@@ -27,6 +28,49 @@ fn spin_stats(ruby: &Ruby) -> Result<RHash, Error> {
     Ok(h)
 }
 
+/// `RapidThread.cpu_budget`: the CPUs the spin policy counts, and why.
+fn cpu_budget(ruby: &Ruby) -> Result<RHash, Error> {
+    let b = spin::cpu_budget();
+    let h = ruby.hash_new();
+    h.aset(ruby.to_symbol("cpus"), b.cpus)?;
+    h.aset(ruby.to_symbol("affinity_cpus"), b.affinity)?;
+    let q = b.quota.as_ref();
+    h.aset(
+        ruby.to_symbol("quota_cpus"),
+        q.map(|q| q.quota_us as f64 / q.period_us as f64),
+    )?;
+    h.aset(
+        ruby.to_symbol("cgroup"),
+        q.map(|q| q.dir.display().to_string()),
+    )?;
+    h.aset(ruby.to_symbol("cgroup_version"), q.map(|q| q.version))?;
+    h.aset(ruby.to_symbol("reason"), b.reason)?;
+    h.aset(ruby.to_symbol("portable"), !sys::LINUX)?;
+    Ok(h)
+}
+
+/// The cgroup quota a /proc/<pid>/cgroup and mountinfo describe (crate::
+/// cgroup), for the test that writes such files: nil, or the quota with
+/// its group's usage and throttling read now.
+fn cgroup_quota_for_tests(
+    ruby: &Ruby,
+    proc_cgroup: String,
+    mountinfo: String,
+) -> Result<Option<RHash>, Error> {
+    let Some(q) = cgroup::find(proc_cgroup.as_ref(), mountinfo.as_ref()) else {
+        return Ok(None);
+    };
+    let h = ruby.hash_new();
+    h.aset(ruby.to_symbol("version"), q.version)?;
+    h.aset(ruby.to_symbol("dir"), q.dir.display().to_string())?;
+    h.aset(ruby.to_symbol("quota_us"), q.quota_us)?;
+    h.aset(ruby.to_symbol("period_us"), q.period_us)?;
+    h.aset(ruby.to_symbol("cpus"), q.cpus())?;
+    h.aset(ruby.to_symbol("usage_ns"), q.usage_ns())?;
+    h.aset(ruby.to_symbol("throttled_periods"), q.throttled_periods())?;
+    Ok(Some(h))
+}
+
 /// A deliberate panic, for the test that proves panics never cross into
 /// Ruby (test/bad_input_test.rb): the magnus wrapper turns it into a Ruby
 /// exception. No other code path of the extension is known to panic.
@@ -43,6 +87,11 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
     module.define_singleton_method("gvl_spin_us", function!(spin::gvl_spin_us, 0))?;
     module.define_singleton_method("gvl_spin_us=", function!(spin::set_gvl_spin_us, 1))?;
     module.define_singleton_method("spin_stats", function!(spin_stats, 0))?;
+    module.define_singleton_method("cpu_budget", function!(cpu_budget, 0))?;
+    module.define_singleton_method(
+        "__cgroup_quota_for_tests",
+        function!(cgroup_quota_for_tests, 2),
+    )?;
     module.define_singleton_method("__panic_for_tests", function!(internal_panic_for_tests, 0))?;
     let queue = queue::init(ruby, module)?;
     sized_queue::init(module, queue)?;

@@ -13,15 +13,21 @@
 //! ConditionVariable, accepted fewer connections, and reconnecting clients
 //! queued in the listen backlog).
 //!
-//! With one CPU to run on (pinned, or a one-CPU machine), a wait never
-//! spins: the waker cannot run beside it, every yield is that lottery, and
+//! The CPUs a process has are its affinity mask's, or fewer where its
+//! cgroup has a CPU quota (crate::cgroup; rounded up, read again every
+//! second: a container's limits change at run time). A quota of at most
+//! one CPU is one CPU. With one CPU to run on (pinned, a one-CPU machine
+//! or container), a wait never spins: the waker cannot run beside it, every yield is that lottery, and
 //! in a real server it loses (Go's scheduler spins only while a CPU is
 //! idle; Linux's mutexes spin only while the owner runs on another CPU).
 //!
 //! With more, a wait spins only while the machine has a CPU to spare for
 //! the spinner and its waker (Go's scheduler spins only while a P is idle):
 //! other processes' CPU use over the last 100 ms (/proc/stat, less this
-//! process's own CPU time) must leave one and a half CPUs free. Beside a
+//! process's own CPU time) must leave one and a half CPUs free. Under a
+//! quota, "other processes" are the rest of the cgroup (its own usage, not
+//! the host's /proc/stat) and the CPUs are the quota's; a window in which
+//! the cgroup was throttled (its quota used up) leaves none free. Beside a
 //! CPU-bound process pinned to each core, a spinner's `sched_yield` hands
 //! its CPU to that process for the rest of its time slice, and stock's
 //! sleeping waiter, woken, preempts it at once: a ping-pong ran 5x slower
@@ -46,9 +52,11 @@
 //! `parking_allowed`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::sys;
+use crate::cgroup::{self, Quota};
+use crate::sys::{self, ForkCell};
 
 /// How long (µs) a waiter yields for its wake-up (`RapidThread.spin_us`).
 static SPIN_US: AtomicU32 = AtomicU32::new(50);
@@ -84,9 +92,10 @@ pub const PARK_LIMIT: Duration = Duration::from_millis(10);
 /// sized_queue 1.52 / 1.50, create_join 7.34 / 6.62). And under M:N
 /// threads (3.4.5, RUBY_MN_THREADS=1) parked threads made other threads'
 /// IO waits fail with IO::TimeoutError (4 of thread_cache_test's 63 tests,
-/// in the test process's own pipe readers; not understood).
+/// in the test process's own pipe readers; not understood). And only
+/// where futexes are (`sys::PARKING`).
 fn parking_allowed() -> bool {
-    !sys::ruby_3_3_or_later()
+    sys::PARKING && !sys::ruby_3_3_or_later()
 }
 
 /// A wait list counts as active when it woke someone within this window.
@@ -138,11 +147,58 @@ pub struct Budget {
 
 /// How often the CPU count is read again (`taskset -p` can change it).
 const CPUS_REFRESH: Duration = Duration::from_millis(100);
-/// CPUs this thread may run on, 0 before the first read.
+/// How often the cgroup's quota is looked for again.
+const QUOTA_REFRESH: Duration = Duration::from_secs(1);
+/// CPUs this process may use (affinity and quota), 0 before the first read.
 static CPUS: AtomicU64 = AtomicU64::new(0);
 /// When CPUS was read (`sys::coarse_monotonic_ns`: every wait asks, and a
 /// precise clock read costs more than the rest of the question).
 static CPUS_READ_AT: AtomicU64 = AtomicU64::new(0);
+/// The quota in thousandths of a CPU (0: none), and when it was looked
+/// for (0: never).
+static QUOTA_MILLICPUS: AtomicU64 = AtomicU64::new(0);
+static QUOTA_READ_AT: AtomicU64 = AtomicU64::new(0);
+/// The quota found, for its usage files (see `with_quota`).
+static QUOTA: OnceLock<ForkCell<Mutex<Option<Quota>>>> = OnceLock::new();
+
+/// Runs `f` on the quota last found, unless another thread holds it (it
+/// is refreshing it). A forked child starts with none (`ForkCell`: a
+/// thread of the parent may have held the lock in the fork).
+fn with_quota<R>(f: impl FnOnce(&mut Option<Quota>) -> R) -> Option<R> {
+    let cell = QUOTA.get_or_init(|| ForkCell::new(Mutex::new(None), |_| Mutex::new(None)));
+    let mut guard = cell.get().try_lock().ok()?;
+    Some(f(&mut guard))
+}
+
+/// Looks for the cgroup's quota again when QUOTA_REFRESH has passed (one
+/// thread at a time). `now`: `sys::coarse_monotonic_ns`.
+fn refresh_quota(now: u64) {
+    let at = QUOTA_READ_AT.load(Ordering::Relaxed);
+    if at != 0 && now.saturating_sub(at) < QUOTA_REFRESH.as_nanos() as u64 {
+        return;
+    }
+    if QUOTA_READ_AT
+        .compare_exchange(at, now.max(1), Ordering::AcqRel, Ordering::Relaxed)
+        .is_err()
+    {
+        return;
+    }
+    let found = if sys::LINUX { cgroup::own() } else { None };
+    QUOTA_MILLICPUS.store(
+        found.as_ref().map_or(0, Quota::millicpus),
+        Ordering::Relaxed,
+    );
+    with_quota(|q| *q = found);
+}
+
+/// CPUs the process may use: its affinity, cut to the quota rounded up.
+fn cpus_now() -> u64 {
+    let affinity = sys::cpus_allowed() as u64;
+    match QUOTA_MILLICPUS.load(Ordering::Relaxed) {
+        0 => affinity,
+        m => affinity.min(m.div_ceil(1000).max(1)),
+    }
+}
 
 /// Whether the process may run on a single CPU only (read again every
 /// CPUS_REFRESH; a thread's own affinity stands for the process's). `now`:
@@ -154,7 +210,8 @@ fn one_cpu(now: u64) -> bool {
     {
         return cpus <= 1;
     }
-    let cpus = sys::cpus_allowed() as u64;
+    refresh_quota(now);
+    let cpus = cpus_now();
     CPUS.store(cpus, Ordering::Relaxed);
     CPUS_READ_AT.store(now, Ordering::Relaxed);
     cpus <= 1
@@ -167,18 +224,34 @@ const LOAD_WINDOW: Duration = Duration::from_millis(100);
 /// one CPU in thousandths, plus one (0: not measured yet).
 static OTHERS_MILLICPUS_PLUS_ONE: AtomicU64 = AtomicU64::new(0);
 /// The window being measured: when it began (`sys::coarse_monotonic_ns`),
-/// and the machine's and this process's CPU time then.
+/// the busy CPU time then (the machine's, or the cgroup's under a quota:
+/// `WINDOW_SOURCE`), this process's, and the cgroup's throttled periods.
 static WINDOW_AT: AtomicU64 = AtomicU64::new(0);
-static WINDOW_MACHINE_NS: AtomicU64 = AtomicU64::new(0);
+static WINDOW_BUSY_NS: AtomicU64 = AtomicU64::new(0);
 static WINDOW_OWN_NS: AtomicU64 = AtomicU64::new(0);
+static WINDOW_THROTTLED: AtomicU64 = AtomicU64::new(0);
+/// Whose busy time WINDOW_BUSY_NS is: 1 the machine's, 2 the cgroup's.
+static WINDOW_SOURCE: AtomicU64 = AtomicU64::new(0);
 
-/// How much CPU other processes used in the last window, in thousandths
-/// of a CPU. Before the first window ends, and wherever /proc/stat cannot
-/// be used, the tasks runnable now stand in (/proc/loadavg), less this
+/// Busy CPU time now, and whose (see WINDOW_SOURCE), and the cgroup's
+/// throttled periods: the cgroup's under a quota, else the machine's.
+fn busy_now() -> (Option<u64>, u64, Option<u64>) {
+    let quota = with_quota(|q| q.as_ref().map(|q| (q.usage_ns(), q.throttled_periods())));
+    match quota.flatten() {
+        Some((usage, throttled)) if usage.is_some() => (usage, 2, throttled),
+        _ => (sys::machine_busy_ns(), 1, None),
+    }
+}
+
+/// How much CPU other processes (other members of the cgroup, under a
+/// quota) used in the last window, in thousandths of a CPU; a window in
+/// which the cgroup was throttled counts as every CPU used. Before the
+/// first window ends, and wherever neither /proc/stat nor the cgroup can
+/// be read, the tasks runnable now stand in (/proc/loadavg), less this
 /// thread and the waker it may be about to wait for: a spin in the first
 /// window beside busy CPUs left a ping-pong at 3 ms per round trip for the
 /// rest of its run. `now`: `sys::coarse_monotonic_ns`. One thread per
-/// window (Ractors call this in parallel) reads /proc/stat.
+/// window (Ractors call this in parallel) reads the files.
 fn others_millicpus(now: u64) -> u64 {
     let now = now.max(1);
     let at = WINDOW_AT.load(Ordering::Relaxed);
@@ -192,42 +265,55 @@ fn others_millicpus(now: u64) -> u64 {
         // Fresh, or another thread is refreshing it.
         return cached.saturating_sub(1);
     }
-    let machine = sys::machine_busy_ns();
+    let (busy, source, throttled) = busy_now();
     let own = sys::process_cpu_ns();
-    let (last_machine, last_own) = (
-        WINDOW_MACHINE_NS.swap(machine.unwrap_or(0), Ordering::Relaxed),
+    let (last_busy, last_own, last_source, last_throttled) = (
+        WINDOW_BUSY_NS.swap(busy.unwrap_or(0), Ordering::Relaxed),
         WINDOW_OWN_NS.swap(own, Ordering::Relaxed),
+        WINDOW_SOURCE.swap(source, Ordering::Relaxed),
+        WINDOW_THROTTLED.swap(throttled.unwrap_or(0), Ordering::Relaxed),
     );
-    let others = match machine {
-        // A full window measured (own < last_own: a forked child's clock
-        // started again; that window is not measured).
-        Some(machine) if at != 0 && last_machine != 0 && own >= last_own => {
-            let used = machine
-                .saturating_sub(last_machine)
+    // A full window of one source measured (own < last_own: a forked
+    // child's clock started again; that window is not measured).
+    let measured = at != 0 && last_busy != 0 && source == last_source;
+    let others = match busy {
+        Some(_) if measured && throttled.is_some_and(|t| t > last_throttled) => u64::MAX / 2,
+        Some(busy) if measured && own >= last_own => {
+            let used = busy
+                .saturating_sub(last_busy)
                 .saturating_sub(own - last_own);
             let window = now.saturating_sub(at).max(1);
             (u128::from(used) * 1000 / u128::from(window)).min(u128::from(u64::MAX / 2)) as u64
         }
-        Some(_) if at != 0 && last_machine != 0 => cached.saturating_sub(1),
+        Some(_) if measured => cached.saturating_sub(1),
         _ => sys::runnable_tasks()
             .map_or(0, |r| r.saturating_sub(2))
             .saturating_mul(1000),
     };
-    OTHERS_MILLICPUS_PLUS_ONE.store(others + 1, Ordering::Relaxed);
+    OTHERS_MILLICPUS_PLUS_ONE.store(others.saturating_add(1), Ordering::Relaxed);
     others
 }
 
+/// The CPU the process can have, in thousandths: the machine's (its
+/// load is the machine's), or the quota where smaller.
+fn capacity_millicpus() -> u64 {
+    let machine = sys::online_cpus() as u64 * 1000;
+    match QUOTA_MILLICPUS.load(Ordering::Relaxed) {
+        0 => machine,
+        q => machine.min(q),
+    }
+}
+
 /// Whether the machine has no CPU to spare for a spinner and its waker:
-/// other processes used more of the machine's CPUs in the last window than
-/// leaves one and a half free (Go's scheduler spins only while a P is
-/// idle). CPU-bound processes beside the program (a busy machine, puma's
-/// other workers, a load generator) make it true. The machine's CPUs, not
-/// this thread's affinity: /proc/stat's load is the machine's. (A process
+/// other processes used more of the CPUs in the last window than leaves
+/// one and a half free (Go's scheduler spins only while a P is idle).
+/// CPU-bound processes beside the program (a busy machine, puma's other
+/// workers, a load generator) make it true. The machine's CPUs, not this
+/// thread's affinity: /proc/stat's load is the machine's. (A process
 /// confined to some CPUs of a busy host may then spin where its own CPUs
 /// are busy; the late-spin rule below stops it.)
 fn no_free_cpu(now: u64) -> bool {
-    let cpus = sys::online_cpus() as u64;
-    let free = (cpus * 1000).saturating_sub(others_millicpus(now));
+    let free = capacity_millicpus().saturating_sub(others_millicpus(now));
     free + 500 < 2000
 }
 
@@ -384,5 +470,44 @@ pub fn stats() -> Stats {
         late_spins: LATE_SPINS.load(Ordering::Relaxed),
         parks: PARKS.load(Ordering::Relaxed),
         quiet: quiet(),
+    }
+}
+
+/// The CPUs the policy counts (see the header), and why.
+pub struct CpuBudget {
+    pub cpus: u64,
+    pub affinity: u64,
+    pub quota: Option<Quota>,
+    pub reason: String,
+}
+
+/// What the policy decided about CPUs, read again where stale.
+pub fn cpu_budget() -> CpuBudget {
+    one_cpu(sys::coarse_monotonic_ns());
+    let cpus = CPUS.load(Ordering::Relaxed);
+    let affinity = sys::cpus_allowed() as u64;
+    let quota = with_quota(|q| q.clone()).flatten();
+    let plural = |n: u64| if n == 1 { "" } else { "s" };
+    let reason = match &quota {
+        _ if !sys::LINUX => format!(
+            "{cpus} CPU{} online (portable build: no affinity mask or cgroup read)",
+            plural(cpus)
+        ),
+        Some(q) => format!(
+            "cgroup v{} quota {} us per {} us on {}: {:.2} CPUs, rounded up to {}; affinity mask: {affinity}",
+            q.version,
+            q.quota_us,
+            q.period_us,
+            q.dir.display(),
+            q.quota_us as f64 / q.period_us as f64,
+            q.cpus()
+        ),
+        None => format!("affinity mask: {affinity} CPU{}; no cgroup CPU quota", plural(affinity)),
+    };
+    CpuBudget {
+        cpus,
+        affinity,
+        quota,
+        reason,
     }
 }

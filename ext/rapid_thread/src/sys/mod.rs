@@ -2,7 +2,8 @@
 //! files, one per concern: `values` (GvlCell, VALUEs, typed data, GC,
 //! fork generation, conversions), `wait_list` (Waiter, WaitList),
 //! `gvl` (spinning without the GVL), `park` (sleeping on a futex
-//! without the GVL), `sleep` (Ruby's sleep, interrupts,
+//! without the GVL), `os` (futexes, CPUs, clocks, /proc: Linux, and a
+//! portable fallback), `sleep` (Ruby's sleep, interrupts,
 //! jumps), `mutex` (ConditionVariable#wait's mutex calls) and `threads`
 //! (thread creation and calls for the thread cache).
 //!
@@ -22,6 +23,7 @@
 
 mod gvl;
 mod mutex;
+mod os;
 mod park;
 mod ractor;
 mod sleep;
@@ -31,6 +33,7 @@ mod wait_list;
 
 pub use gvl::*;
 pub use mutex::*;
+pub use os::*;
 pub use park::*;
 pub use ractor::*;
 pub use sleep::*;

@@ -16,45 +16,10 @@
 //! `crate::spin`) hands the wait to Ruby's sleep in time.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::*;
-
-/// Sleeps while `word` holds `expected`, for at most `timeout`. It may
-/// return early or spuriously: callers re-check.
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec {
-        tv_sec: timeout.as_secs().min(i32::MAX as u64) as _,
-        tv_nsec: timeout.subsec_nanos() as _,
-    };
-    // SAFETY: `word` and `ts` outlive the call; FUTEX_WAIT only reads them
-    // (EINTR, EAGAIN and ETIMEDOUT are all "re-check").
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            &ts as *const libc::timespec,
-        );
-    }
-}
-
-/// Wakes a thread parked on `word`, if any. A plain system call: safe
-/// inside a signal handler, and while a `GvlCell` is borrowed.
-pub(super) fn futex_wake(word: &AtomicU32) {
-    // SAFETY: FUTEX_WAKE uses the address only as a key; it never reads or
-    // writes the memory.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            1,
-        );
-    }
-}
 
 fn park_phase(w: &Waiter, limit: Duration) {
     // A spinner waiting for its waker to give up the GVL may be waiting
@@ -69,7 +34,7 @@ fn park_phase(w: &Waiter, limit: Duration) {
         if spent >= limit {
             break;
         }
-        futex_wait(&w.park_word, 0, limit - spent);
+        futex_wait(&w.park_word, 0, Some(limit - spent));
     }
 }
 
@@ -84,7 +49,7 @@ pub(super) unsafe extern "C" fn interrupt_waiter(arg: *mut c_void) {
     let w = &*(arg as *const Waiter);
     w.interrupted.store(true, Ordering::SeqCst);
     w.park_word.fetch_or(PARK_INTERRUPTED, Ordering::SeqCst);
-    futex_wake(&w.park_word);
+    futex_wake(&w.park_word, 1);
 }
 
 /// `Waiter::park_word` bits: signaled by a waker, or interrupted.
@@ -122,10 +87,4 @@ pub fn ruby_3_3_or_later() -> bool {
         rb_sys::RUBY_API_VERSION_MAJOR,
         rb_sys::RUBY_API_VERSION_MINOR,
     ) >= (3, 3)
-}
-
-/// The CPU the calling thread runs on now (-1 if unknown).
-pub fn current_cpu() -> i32 {
-    // SAFETY: a plain query (glibc reads it from rseq or the vDSO).
-    unsafe { libc::sched_getcpu() }
 }

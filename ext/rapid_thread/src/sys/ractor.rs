@@ -58,7 +58,7 @@ pub fn shareable(obj: VALUE) -> Result<VALUE, Error> {
 /// when an interrupt (Thread#raise, kill, a signal for the main thread) is
 /// pending, `body` is skipped and false returned; while it runs, Ruby
 /// interrupts the thread with a signal (SIGVTALRM, repeated until `body`
-/// returns), which ends a sleep on a futex (a `Condvar` wait) early.
+/// returns), which ends a futex sleep early (see `Event`).
 /// `body` must therefore sleep at most once and return: the caller runs
 /// the interrupts (`check_ints`) and re-checks its condition. Never raises.
 ///
@@ -165,7 +165,8 @@ impl<T> Drop for ForkCell<T> {
 /// A futex word that waiters sleep on until it changes: a condition
 /// variable whose sleep also ends on a signal (EINTR). std's and
 /// parking_lot's condition variables sleep again after EINTR, so Ruby's
-/// interrupt signal (see `without_gvl`) could not end their wait.
+/// interrupt signal (see `without_gvl`) could not end their wait (the
+/// portable build's word sleep, `sys::os`, wakes up every 10 ms instead).
 ///
 /// Use: under the state's lock, a waiter checks its condition, reads
 /// `seq()`, then unlocks and calls `sleep(seen, ..)`; a notifier changes
@@ -187,37 +188,12 @@ impl Event {
     /// Sleeps while the word equals `seen`, for at most `timeout`; returns
     /// on a wake-up, a change, a signal, the timeout, or spuriously.
     pub fn sleep(&self, seen: u32, timeout: Option<std::time::Duration>) {
-        let ts = timeout.map(|d| libc::timespec {
-            tv_sec: d.as_secs().min(i64::MAX as u64) as libc::time_t,
-            tv_nsec: d.subsec_nanos() as libc::c_long,
-        });
-        let ts_ptr = ts
-            .as_ref()
-            .map_or(ptr::null(), |t| t as *const libc::timespec);
-        // SAFETY: FUTEX_WAIT on a live, aligned u32 with a relative timeout
-        // (or none); it only reads the word and sleeps.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.0.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                seen,
-                ts_ptr,
-            );
-        }
+        futex_wait(&self.0, seen, timeout);
     }
 
     /// Wakes up to `n` sleepers.
     pub fn wake(&self, n: i32) {
-        // SAFETY: FUTEX_WAKE on a live, aligned u32.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.0.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                n,
-            );
-        }
+        futex_wake(&self.0, n);
     }
 }
 

@@ -119,27 +119,6 @@ pub fn tag_number(tag: &magnus::error::Tag) -> i32 {
     }
 }
 
-/// Names the current native thread (what `top -H`, `ps -L`, perf and gdb
-/// show), cut to the 15 bytes Linux keeps, as Ruby cuts a thread's name.
-/// Ruby names a Thread.new thread's native thread at its start, but not a
-/// thread started with a C function: that one keeps its creator's name.
-pub fn name_native_thread(name: &str) {
-    #[cfg(target_os = "linux")]
-    {
-        let mut buf = [0u8; 16];
-        let n = name.len().min(15);
-        buf[..n].copy_from_slice(&name.as_bytes()[..n]);
-        // SAFETY: `buf` is NUL-terminated within 16 bytes (the limit);
-        // naming the calling thread cannot fail then, and changes nothing
-        // Ruby reads.
-        unsafe {
-            libc::pthread_setname_np(libc::pthread_self(), buf.as_ptr().cast());
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = name;
-}
-
 pub fn current_thread() -> VALUE {
     // SAFETY: a plain query, GVL held.
     unsafe { rb_sys::rb_thread_current() }

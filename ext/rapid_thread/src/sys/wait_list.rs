@@ -179,7 +179,7 @@ impl Waiter {
         // this call. Other waiters cost one flag read.
         if head.parked.get() {
             head.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
-            futex_wake(&head.park_word);
+            futex_wake(&head.park_word, 1);
         }
         WakeTarget {
             thread: head.thread,

@@ -1,0 +1,184 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require_relative "../benchmark/cgroup"
+require "etc"
+require "fileutils"
+require "json"
+require "tmpdir"
+
+# The CPUs the spin policy counts (ext/rapid_thread/src/spin.rs, header;
+# the cgroup's quota: src/cgroup.rs). The parsing runs on cgroup layouts
+# this test writes (RapidThread.__cgroup_quota_for_tests reads them as
+# /proc/self/cgroup and /proc/self/mountinfo); a real cgroup v1 quota,
+# where this process may make one, checks what a child does inside it.
+class CpuBudgetTest < Minitest::Test
+  include RapidThreadTestHelpers
+
+  # Writes `files` (relative path => content) under a fresh directory,
+  # with "@" in paths and contents standing for it, and yields it.
+  def with_layout(files)
+    Dir.mktmpdir("rapid_thread_cgroup") do |root|
+      files.each do |path, content|
+        full = File.join(root, path.sub("@/", ""))
+        FileUtils.mkdir_p(File.dirname(full))
+        File.write(full, content.gsub("@", root))
+      end
+      yield root
+    end
+  end
+
+  def quota(root)
+    RapidThread.__cgroup_quota_for_tests(File.join(root, "proc_cgroup"), File.join(root, "mountinfo"))
+  end
+
+  def mount_line(id, root, point, fstype, options)
+    "#{id} 23 0:#{id} #{root} #{point} rw,relatime shared:#{id} - #{fstype} cgroup rw,#{options}\n"
+  end
+
+  # cgroup v1 as this machine mounts it (cpu and cpuacct apart), the quota
+  # on an ancestor of the process's group (a pod's limit over its
+  # container's), the smallest on the way up winning.
+  def test_v1_smallest_quota_on_the_way_up_with_usage_from_cpuacct
+    files = {
+      "proc_cgroup" => "4:memory:/elsewhere\n2:cpuacct:/pods/p1/c1\n1:cpu:/pods/p1/c1\n0::/\n",
+      "mountinfo" => mount_line(31, "/", "@/fs", "tmpfs", "mode=755") +
+                     mount_line(32, "/", "@/fs/cpu", "cgroup", "cpu") +
+                     mount_line(33, "/", "@/fs/cpuacct", "cgroup", "cpuacct") +
+                     mount_line(41, "/", "@/fs/unified", "cgroup2", "nsdelegate"),
+      "fs/cpu/cpu.cfs_quota_us" => "-1\n", "fs/cpu/cpu.cfs_period_us" => "100000\n",
+      "fs/cpu/pods/cpu.cfs_quota_us" => "400000\n", "fs/cpu/pods/cpu.cfs_period_us" => "100000\n",
+      "fs/cpu/pods/p1/cpu.cfs_quota_us" => "150000\n", "fs/cpu/pods/p1/cpu.cfs_period_us" => "100000\n",
+      "fs/cpu/pods/p1/cpu.stat" => "nr_periods 10\nnr_throttled 3\nthrottled_time 5000\n",
+      "fs/cpu/pods/p1/c1/cpu.cfs_quota_us" => "-1\n", "fs/cpu/pods/p1/c1/cpu.cfs_period_us" => "100000\n",
+      "fs/cpuacct/pods/p1/cpuacct.usage" => "123456789\n",
+      "fs/unified/cpu.max" => "50000 100000\n" # v2 has no cpu controller here: v1's wins
+    }
+    with_layout(files) do |root|
+      assert_equal({ version: 1, dir: "#{root}/fs/cpu/pods/p1", quota_us: 150_000, period_us: 100_000, cpus: 2,
+                     usage_ns: 123_456_789, throttled_periods: 3 }, quota(root))
+    end
+  end
+
+  # Docker's v1 layout: cpu and cpuacct mounted together, the container's
+  # group as the mount's root, so the process's group is the mount point.
+  def test_v1_container_root_and_comounted_cpuacct
+    files = {
+      "proc_cgroup" => "3:cpu,cpuacct:/docker/abc\n",
+      "mountinfo" => mount_line(30, "/docker/abc", "@/fs/cpu,cpuacct", "cgroup", "cpu,cpuacct"),
+      "fs/cpu,cpuacct/cpu.cfs_quota_us" => "50000\n", "fs/cpu,cpuacct/cpu.cfs_period_us" => "100000\n",
+      "fs/cpu,cpuacct/cpu.stat" => "nr_periods 4\nnr_throttled 0\nthrottled_time 0\n",
+      "fs/cpu,cpuacct/cpuacct.usage" => "42\n"
+    }
+    with_layout(files) do |root|
+      assert_equal({ version: 1, dir: "#{root}/fs/cpu,cpuacct", quota_us: 50_000, period_us: 100_000, cpus: 1,
+                     usage_ns: 42, throttled_periods: 0 }, quota(root))
+    end
+  end
+
+  # v1 with the process in another cpuacct group than its cpu group: that
+  # group's usage is not the quota's, so none is read.
+  def test_v1_usage_only_from_the_same_group
+    files = {
+      "proc_cgroup" => "2:cpuacct:/\n1:cpu:/limited\n",
+      "mountinfo" => mount_line(32, "/", "@/cpu", "cgroup", "cpu") + mount_line(33, "/", "@/cpuacct", "cgroup", "cpuacct"),
+      "cpu/limited/cpu.cfs_quota_us" => "20000\n", "cpu/limited/cpu.cfs_period_us" => "10000\n",
+      "cpu/limited/cpu.stat" => "nr_periods 1\nnr_throttled 1\n",
+      "cpuacct/cpuacct.usage" => "999\n"
+    }
+    with_layout(files) do |root|
+      q = quota(root)
+      assert_equal [2, nil, 1], [q[:cpus], q[:usage_ns], q[:throttled_periods]]
+    end
+  end
+
+  # cgroup v2: "max" is no limit; a nested group under a limited one; the
+  # usage in microseconds (cpu.stat's usage_usec); a mount point with a
+  # space, escaped in mountinfo.
+  def test_v2_max_nested_groups_and_an_escaped_mount_point
+    files = {
+      "proc_cgroup" => "0::/user.slice/app\n",
+      "mountinfo" => mount_line(41, "/", "@/cg\\040two", "cgroup2", "nsdelegate"),
+      "cg two/cpu.max" => "max 100000\n",
+      "cg two/user.slice/cpu.max" => "250000 100000\n",
+      "cg two/user.slice/cpu.stat" => "usage_usec 7000\nuser_usec 5000\nsystem_usec 2000\nnr_periods 9\nnr_throttled 2\nthrottled_usec 10\n",
+      "cg two/user.slice/app/cpu.max" => "max 100000\n"
+    }
+    with_layout(files) do |root|
+      assert_equal({ version: 2, dir: "#{root}/cg two/user.slice", quota_us: 250_000, period_us: 100_000, cpus: 3,
+                     usage_ns: 7_000_000, throttled_periods: 2 }, quota(root))
+    end
+  end
+
+  def test_no_quota_missing_files_and_garbage_are_none
+    v2 = { "proc_cgroup" => "0::/a\n", "mountinfo" => mount_line(41, "/", "@/cg", "cgroup2", "rw") }
+    with_layout(v2.merge("cg/a/cpu.max" => "max 100000\n", "cg/cpu.max" => "max\n")) { |root| assert_nil quota(root) }
+    with_layout(v2) { |root| assert_nil quota(root) } # no cpu.max at all (cpu controller not enabled)
+    with_layout(v2.merge("cg/a/cpu.max" => "lots 100000\n")) { |root| assert_nil quota(root) }
+    with_layout(v2.merge("cg/a/cpu.max" => "0 100000\n")) { |root| assert_nil quota(root) }
+    with_layout("mountinfo" => v2["mountinfo"]) { |root| assert_nil quota(root) } # no /proc/self/cgroup
+    with_layout("proc_cgroup" => v2["proc_cgroup"], "cg/a/cpu.max" => "1000 1000\n") { |root| assert_nil quota(root) } # no mountinfo
+    v1 = { "proc_cgroup" => "1:cpu:/g\n", "mountinfo" => mount_line(32, "/", "@/cpu", "cgroup", "cpu") }
+    with_layout(v1.merge("cpu/g/cpu.cfs_quota_us" => "50000\n")) { |root| assert_nil quota(root) } # no period
+    with_layout(v1.merge("cpu/g/cpu.cfs_quota_us" => "-1\n", "cpu/g/cpu.cfs_period_us" => "100000\n")) do |root|
+      assert_nil quota(root)
+    end
+  end
+
+  # What the policy counts here: the affinity mask, or fewer under a
+  # quota; the build it is (the portable suite must run the portable
+  # build: rake test:portable).
+  def test_the_budget_reports_its_cpus_and_why
+    b = RapidThread.cpu_budget
+    assert_equal %i[cpus affinity_cpus quota_cpus cgroup cgroup_version reason portable], b.keys
+    assert_equal ENV["RAPID_THREAD_PORTABLE"] == "1", b[:portable] # rake test:portable runs it
+    assert_operator b[:cpus], :>=, 1
+    assert_operator b[:cpus], :<=, b[:affinity_cpus]
+    if b[:portable]
+      assert_equal b[:affinity_cpus], b[:cpus]
+      assert_match(/portable build/, b[:reason])
+    elsif b[:quota_cpus]
+      assert_equal [b[:affinity_cpus], b[:quota_cpus].ceil].min, b[:cpus]
+      assert_match(/cgroup v#{b[:cgroup_version]} quota/, b[:reason])
+    else
+      assert_equal b[:affinity_cpus], b[:cpus]
+      assert_match(/affinity mask/, b[:reason])
+    end
+  end
+
+  # --- A real quota (cgroup v1's cpu controller, as root) -------------------
+
+  CHILD = File.expand_path("support/cpu_budget_child.rb", __dir__)
+
+  # Runs the child script in a group with `quota_us` per 100 ms (removed
+  # afterwards: benchmark/cgroup.rb); returns its report.
+  def child_under_quota(quota_us)
+    skip "the machine has one CPU: nothing to tell apart" if Etc.nprocessors < 2
+    skip "the portable build reads no cgroup" if PORTABLE_BUILD
+    skip "no CPU quota possible: #{CpuQuota.unavailable}" if CpuQuota.unavailable
+    CpuQuota.with(quota_us) do |q|
+      lib = File.expand_path("../lib", __dir__)
+      out, err, status = Open3.capture3(*q.command(RbConfig.ruby, "-I#{lib}", CHILD), stdin_data: "", timeout: 60)
+      assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
+      JSON.parse(out, symbolize_names: true).merge(cgroup: q.cpu_dir)
+    end
+  end
+
+  # A quota of at most one CPU is one CPU: no wait spins (on Ruby 3.1/3.2
+  # active ones park, as pinned), and nothing is lost.
+  def test_a_half_cpu_quota_counts_as_one_cpu
+    r = child_under_quota(50_000)
+    assert_equal [1, 0.5, 1, r[:cgroup]], r[:budget].values_at(:cpus, :quota_cpus, :cgroup_version, :cgroup)
+    assert_equal [(0...2000).sum, 0], [r[:sum], r[:stats][:spins]]
+    assert_operator r[:stats][:parks], :>, 1000 if WAITS_PARK
+  end
+
+  # A quota of 1.2 CPUs counts as 2 CPUs but never leaves the one and a
+  # half free that a spinner and its waker need: no wait spins, where
+  # without the quota an idle 2-CPU machine lets them.
+  def test_cpu_free_is_measured_against_the_quota
+    r = child_under_quota(120_000)
+    assert_equal [2, 1.2], r[:budget].values_at(:cpus, :quota_cpus)
+    assert_equal [(0...2000).sum, 0], [r[:sum], r[:stats][:spins]]
+  end
+end
