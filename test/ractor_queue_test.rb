@@ -495,4 +495,18 @@ class RactorQueueTest < RapidThreadTest
     RUBY
     assert_equal "[0, 3, false, 0]\n:child\nnil\ntrue\n[2, 1]\n:parent\n", out
   end
+
+  # What runs without the GVL leaves errno as it found it (sys/gvl.rs,
+  # call_without_gvl): under M:N threads a pop that timed out left
+  # ETIMEDOUT on its native thread, and the next Ruby thread run there,
+  # reading a pipe, got IO::TimeoutError (all 20 reads on 3.4.5, checked).
+  def test_timed_out_waits_leave_no_errno_for_other_threads_under_mn
+    skip "M:N threads are Ruby 3.3+'s" if RUBY_VERSION < "3.3"
+    script = File.expand_path("support/errno_under_mn.rb", __dir__)
+    shield = "-r#{File.expand_path('support/mn_exit', __dir__)}" # Ruby's own M:N exit crash
+    out, err, status = Open3.capture3({ "RUBY_MN_THREADS" => "1", "RUBYOPT" => shield }, RbConfig.ruby,
+                                      "-I#{File.expand_path('../lib', __dir__)}", script, stdin_data: "", timeout: 30)
+    assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
+    assert_equal "20\n{}\n", out
+  end
 end

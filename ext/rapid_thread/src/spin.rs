@@ -83,17 +83,11 @@ pub const MAX_QUIET: Duration = Duration::from_millis(100);
 /// with a 50 µs limit, 12 µs with 1 ms, 4.9 µs with 10 ms and with none).
 pub const PARK_LIMIT: Duration = Duration::from_millis(10);
 
-/// Whether waits may park: on Ruby 3.1 and 3.2 only. On 3.3.8 parking
-/// bought nothing and cost on one CPU, where 3.3's own sleep already hands
-/// over fast (pinned, 7 interleaved rounds, x stock, parked / not:
-/// condvar2 0.76 / 0.88, sized_queue3 1.02 / 1.53, condvar1 0.85 / 0.88,
-/// handoff_pingpong 0.93 / 0.98, sized_queue2 0.87 / 0.96; beside a busy
-/// process per core, 9 rounds: condvar1 3.75 / 3.97, handoff 1.00 / 1.01,
-/// sized_queue 1.52 / 1.50, create_join 7.34 / 6.62). And under M:N
-/// threads (3.4.5, RUBY_MN_THREADS=1) parked threads made other threads'
-/// IO waits fail with IO::TimeoutError (4 of thread_cache_test's 63 tests,
-/// in the test process's own pipe readers; not understood). And only
-/// where futexes are (`sys::PARKING`).
+/// Whether waits may park: on Ruby 3.1 and 3.2 only, where futexes are
+/// (`sys::PARKING`). On 3.3.8 parking bought nothing and cost on one CPU,
+/// where 3.3's own sleep already hands over fast (docs/design-details.md,
+/// "Parking"; its M:N failure was errno's, fixed since: "errno under M:N
+/// threads").
 fn parking_allowed() -> bool {
     sys::PARKING && !sys::ruby_3_3_or_later()
 }

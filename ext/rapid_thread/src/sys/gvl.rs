@@ -134,7 +134,14 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
         // the whole call.
         let a = &mut *(arg as *mut NoGvl<B>);
         if let Some(b) = a.body.take() {
-            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(b)).is_err() {
+            // Ruby hands this native thread's errno back to the thread that
+            // comes next, so the body keeps it: under M:N threads (3.3+,
+            // and every non-main Ractor) that may be another Ruby thread,
+            // and an ETIMEDOUT left by a timed futex wait made its next
+            // pipe read raise IO::TimeoutError (docs/design-details.md,
+            // "errno under M:N threads").
+            let ran = keeping_errno(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(b)));
+            if ran.is_err() {
                 std::process::abort();
             }
         }

@@ -271,3 +271,34 @@ pub fn name_native_thread(name: &str) {
     #[cfg(not(target_os = "linux"))]
     let _ = name;
 }
+
+/// The calling native thread's `errno`.
+fn errno_slot() -> *mut libc::c_int {
+    // SAFETY: each returns the calling thread's errno slot, valid for the
+    // thread's life.
+    unsafe {
+        #[cfg(any(target_os = "linux", target_os = "emscripten"))]
+        return libc::__errno_location();
+        #[cfg(any(
+            target_os = "macos",
+            target_os = "ios",
+            target_os = "freebsd",
+            target_os = "dragonfly"
+        ))]
+        return libc::__error();
+        #[cfg(any(target_os = "openbsd", target_os = "netbsd", target_os = "android"))]
+        return libc::__errno();
+    }
+}
+
+/// Runs `f` and gives the native thread back the `errno` it had before:
+/// what runs without the GVL must leave none behind (see `call_without_gvl`).
+pub fn keeping_errno<R>(f: impl FnOnce() -> R) -> R {
+    let slot = errno_slot();
+    // SAFETY: the calling thread's own errno, read and written by it alone.
+    let saved = unsafe { *slot };
+    let r = f();
+    // SAFETY: as above.
+    unsafe { *slot = saved };
+    r
+}
