@@ -16,7 +16,7 @@ use magnus::{
 
 use crate::errors;
 use crate::sys::{self, GvlCell, WaitList};
-use crate::wait::{self, enlisted, End};
+use crate::wait::{self, enlisted, End, Step};
 
 #[derive(Default)]
 pub struct State {
@@ -77,9 +77,20 @@ fn initialize(rb_self: Value) -> Result<Value, Error> {
 
 fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let cv = ConditionVariable::get(&rb_self)?;
-    let args = scan_args::<(Value,), (Option<Value>,), (), (), (), ()>(args)?;
-    let mutex = sys::raw(args.required.0);
-    let timeout = sys::raw(args.optional.0.unwrap_or_else(|| ruby.qnil().as_value()));
+    let (mutex, timeout) = match *args {
+        [m] => (m, ruby.qnil().as_value()),
+        [m, t] => (m, t),
+        // Stock's arity error. (scan_args on every wait cost a String
+        // built and freed: magnus formats its argument spec each call.)
+        _ => {
+            let a = scan_args::<(Value,), (Option<Value>,), (), (), (), ()>(args)?;
+            (
+                a.required.0,
+                a.optional.0.unwrap_or_else(|| ruby.qnil().as_value()),
+            )
+        }
+    };
+    let (mutex, timeout) = (sys::raw(mutex), sys::raw(timeout));
     let native = sys::class_of(mutex) == sys::raw(ruby.get_inner(&THREAD_MUTEX).as_value());
     // A signal is always worth passing on (stock loses it).
     let slept = enlisted(
@@ -99,10 +110,20 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
             let limit = (timeout != sys::QNIL)
                 .then(|| sys::time_interval(timeout))
                 .transpose()?;
+            let deadline = wait::deadline_after(limit);
+            let step = wait::first_step(w, deadline);
+            if let Step::Sleep = step {
+                // Ruby's sleep at once (one CPU on 3.3+, a dormant list):
+                // in Mutex#sleep itself, as stock's wait sleeps, instead
+                // of unlocking, sleeping on a private mutex and re-locking
+                // (8% of a pinned condvar ping-pong on 3.3.8).
+                w.set_sleeping();
+                sys::note_gvl_release();
+                return sys::mutex_sleep(mutex, limit);
+            }
             sys::mutex_unlock(mutex)?;
             let started = sys::wall_seconds();
-            let deadline = wait::deadline_after(limit);
-            let waited = wait::block(w, deadline, true);
+            let waited = wait::block_from(w, deadline, true, step);
             // Mutex#sleep returns nil when its timeout ran out without a
             // wake-up (sleep_hrtime's `woke`), else the seconds slept.
             let timed_out =

@@ -119,37 +119,69 @@ fn remaining(deadline: Option<Instant>) -> Option<Duration> {
     deadline.map(|d| d.saturating_duration_since(Instant::now()))
 }
 
+/// What a wait on `w` does first (see [`first_step`]).
+pub enum Step {
+    /// Nothing to wait for: the deadline has passed, or `w` is signaled
+    /// already (the GVL was released between enlisting and now).
+    Done,
+    /// The fiber scheduler's block.
+    Scheduler,
+    /// Spin or park (crate::spin), then Ruby's sleep.
+    Plan(Plan),
+    /// Ruby's sleep at once.
+    Sleep,
+}
+
+/// Decides what a wait on `w` until `deadline` does first; [`block_from`]
+/// does it. Asked apart by ConditionVariable#wait, which sleeps in the
+/// caller's Mutex#sleep, as stock does, when the answer is Ruby's sleep.
+pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Step {
+    if remaining(deadline).is_some_and(|left| left.is_zero()) {
+        return Step::Done;
+    }
+    if w.has_scheduler() {
+        return Step::Scheduler;
+    }
+    if w.signaled() {
+        return Step::Done;
+    }
+    match spin::plan(
+        w.list_last_wake(),
+        w.list_last_wake_cpu(),
+        deadline,
+        sys::thread_alone,
+    ) {
+        Some(plan) => Step::Plan(plan),
+        None => Step::Sleep,
+    }
+}
+
 /// Blocks until `w` is signaled or `deadline` passes (two-phase: spin with
 /// the GVL released, then Ruby's sleep). With `once`, a Ruby-level wake-up
 /// that is not our signal (Thread#wakeup / #run) also ends the wait, as in
 /// `Mutex#sleep`.
 pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Error> {
-    if remaining(deadline).is_some_and(|left| left.is_zero()) {
-        return Ok(());
-    }
-    if w.has_scheduler() {
-        return sys::scheduler_block(w, remaining(deadline));
-    }
-    // Signaled already (the GVL was released between enlisting and here):
-    // nothing to wait for, and no spin to judge.
-    if w.signaled() {
-        return Ok(());
-    }
-    let plan = spin::plan(
-        w.list_last_wake(),
-        w.list_last_wake_cpu(),
-        deadline,
-        sys::thread_alone,
-    );
-    match &plan {
-        Some(Plan::Spin(b)) => {
+    block_from(w, deadline, once, first_step(w, deadline))
+}
+
+/// [`block`] from a first step already decided.
+pub fn block_from(
+    w: &Waiter,
+    deadline: Option<Instant>,
+    once: bool,
+    step: Step,
+) -> Result<(), Error> {
+    match &step {
+        Step::Done => return Ok(()),
+        Step::Scheduler => return sys::scheduler_block(w, remaining(deadline)),
+        Step::Plan(Plan::Spin(b)) => {
             let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);
             spin::record(seen.noticed_after, seen.cpu_busy);
         }
-        Some(Plan::Park(limit)) => sys::park_without_gvl(w, *limit),
-        None => {}
+        Step::Plan(Plan::Park(limit)) => sys::park_without_gvl(w, *limit),
+        Step::Sleep => {}
     }
-    if plan.is_some() {
+    if let Step::Plan(_) = step {
         // Interrupts that arrived while spinning or parked are raised here.
         sys::check_ints()?;
         // With `once`, an interrupt ends the wait as it ends Mutex#sleep

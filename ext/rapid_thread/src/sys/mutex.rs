@@ -130,6 +130,24 @@ pub fn call_sleep(m: VALUE, timeout: VALUE) -> Result<VALUE, Error> {
     protect(|| unsafe { rb_sys::rb_funcallv(m, name!(c"sleep").id(), 1, &timeout) })
 }
 
+/// `Thread::Mutex#sleep(timeout)`, its C function without the method
+/// call (for a `Thread::Mutex`; anything else raises TypeError). Unlocks
+/// (ThreadError if not owned), sleeps until woken, interrupted or timed
+/// out, re-locks uninterruptibly, then runs pending interrupts; nil if it
+/// timed out, else the seconds slept. The timeout is converted already
+/// (`time_interval`), so Ruby converts no user object a second time.
+pub fn mutex_sleep(m: VALUE, timeout: Option<Duration>) -> Result<VALUE, Error> {
+    // SAFETY: rb_mutex_sleep checks the receiver's type and may raise or
+    // jump (not owned, interrupts), caught by protect. The Float is a
+    // flonum or kept on this stack frame until the call returns.
+    protect(|| unsafe {
+        let t = timeout.map_or(QNIL, |d| rb_sys::rb_float_new(d.as_secs_f64()));
+        let r = rb_sys::rb_mutex_sleep(m, t);
+        gc_guard(t);
+        r
+    })
+}
+
 /// `rb_obj_class(v)`.
 pub fn class_of(v: VALUE) -> VALUE {
     // SAFETY: a plain query of a live object.
