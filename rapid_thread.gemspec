@@ -28,7 +28,7 @@ Gem::Specification.new do |spec|
   # spec (rakelib/package.rake): the same files plus lib/rapid_thread/<3.x>/
   # rapid_thread.so for each Ruby, and no extensions.
   spec.files = Dir[
-    "lib/**/*.rb", "ext/rapid_thread/{Cargo.toml,extconf.rb}", "ext/rapid_thread/src/**/*.rs",
+    "lib/**/*.rb", "ext/rapid_thread/{Cargo.toml,build.rs,extconf.rb}", "ext/rapid_thread/src/**/*.rs",
     "Cargo.toml", "Cargo.lock", "sig/**/*.rbs", "README.md", "CHANGELOG.md", "LICENSE", "docs/*.md"
   ]
   spec.require_paths = ["lib"]

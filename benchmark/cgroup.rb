@@ -33,8 +33,9 @@ class CpuQuota
     why = unavailable
     raise ArgumentError, "no CPU quota possible: #{why}" if why
 
-    q = new(quota_us)
+    q = new
     begin
+      q.make(quota_us)
       yield q
     ensure
       q.remove(grace)
@@ -43,9 +44,16 @@ class CpuQuota
 
   attr_reader :dirs, :name
 
-  def initialize(quota_us)
+  # The group's directories: in the cpu hierarchy, and in cpuacct's where
+  # it is mounted apart (on many systems both names are links to one
+  # "cpu,cpuacct" mount: the same directory, made once).
+  def initialize
     @name = "rapid_thread_#{Process.pid}_#{rand(1 << 30)}"
-    @dirs = [CPU, CPUACCT].uniq.select { |m| File.directory?(m) }.map { |m| File.join(m, @name) }
+    @dirs = [CPU, CPUACCT].select { |m| File.directory?(m) }.map { |m| File.realpath(m) }.uniq
+                          .map { |m| File.join(m, @name) }
+  end
+
+  def make(quota_us)
     @dirs.each { |d| Dir.mkdir(d) }
     File.write(File.join(cpu_dir, "cpu.cfs_period_us"), PERIOD_US.to_s)
     File.write(File.join(cpu_dir, "cpu.cfs_quota_us"), quota_us.to_s)
@@ -69,15 +77,12 @@ class CpuQuota
       throttled_ms: stat["throttled_time"] / 1e6 }
   end
 
+  # Removes every directory of the group that was made, once its
+  # processes have ended (killed after `grace` seconds).
   def remove(grace)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + grace
-    @dirs.reverse_each do |d|
-      next unless File.directory?(d)
-
-      loop do
-        pids = File.read(File.join(d, "cgroup.procs")).split.map(&:to_i)
-        break if pids.empty?
-
+    @dirs.select { |d| File.directory?(d) }.reverse_each do |d|
+      until (pids = File.read(File.join(d, "cgroup.procs")).split.map(&:to_i)).empty?
         if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
           pids.each do |p|
             Process.kill("KILL", p)

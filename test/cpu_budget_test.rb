@@ -22,7 +22,7 @@ class CpuBudgetTest < Minitest::Test
       files.each do |path, content|
         full = File.join(root, path.sub("@/", ""))
         FileUtils.mkdir_p(File.dirname(full))
-        File.write(full, content.gsub("@", root))
+        File.binwrite(full, content.b.gsub("@", root))
       end
       yield root
     end
@@ -125,12 +125,36 @@ class CpuBudgetTest < Minitest::Test
     end
   end
 
+  # Of several mounts of the hierarchy, the one whose root holds the
+  # process's group, the deepest, the last mounted when tied; none when no
+  # mount shows the group, or its path climbs out (`..`); a mount point
+  # that is not UTF-8 elsewhere in mountinfo hides nothing.
+  def test_the_mount_that_shows_the_group_is_chosen
+    files = { "a/cpu.max" => "50000 100000\n", "b/g/cpu.max" => "300000 100000\n",
+              "c/cpu.max" => "100000 100000\n" }
+    deepest = mount_line(40, "/other", "@/a", "cgroup2", "rw") + # its root does not hold /g
+              mount_line(41, "/", "@/b", "cgroup2", "rw") +
+              "42 23 0:42 / /mnt/\xff\xfe rw - ext4 /dev/x rw\n" +
+              mount_line(43, "/g", "@/c", "cgroup2", "rw") # the deeper root: chosen
+    with_layout(files.merge("proc_cgroup" => "0::/g\n", "mountinfo" => deepest)) do |root|
+      assert_equal ["#{root}/c", 100_000], quota(root).values_at(:dir, :quota_us)
+    end
+    tied = mount_line(41, "/", "@/b", "cgroup2", "rw") + mount_line(44, "/", "@/a", "cgroup2", "rw")
+    with_layout(files.merge("proc_cgroup" => "0::/g\n", "mountinfo" => tied)) do |root|
+      assert_equal ["#{root}/a", 50_000], quota(root).values_at(:dir, :quota_us) # the last mounted
+    end
+    outside = mount_line(40, "/pod", "@/a", "cgroup2", "rw")
+    with_layout(files.merge("proc_cgroup" => "0::/g\n", "mountinfo" => outside)) { |root| assert_nil quota(root) }
+    climbing = mount_line(41, "/", "@/b/g", "cgroup2", "rw")
+    with_layout(files.merge("proc_cgroup" => "0::/../..\n", "mountinfo" => climbing)) { |root| assert_nil quota(root) }
+  end
+
   # What the policy counts here: the affinity mask, or fewer under a
   # quota; the build it is (the portable suite must run the portable
   # build: rake test:portable).
   def test_the_budget_reports_its_cpus_and_why
     b = RapidThread.cpu_budget
-    assert_equal %i[cpus affinity_cpus quota_cpus cgroup cgroup_version reason portable], b.keys
+    assert_equal %i[cpus affinity_cpus quota_cpus cgroup cgroup_version free_cpus reason portable], b.keys
     assert_equal ENV["RAPID_THREAD_PORTABLE"] == "1", b[:portable] # rake test:portable runs it
     assert_operator b[:cpus], :>=, 1
     assert_operator b[:cpus], :<=, b[:affinity_cpus]
@@ -151,16 +175,23 @@ class CpuBudgetTest < Minitest::Test
   CHILD = File.expand_path("support/cpu_budget_child.rb", __dir__)
 
   # Runs the child script in a group with `quota_us` per 100 ms (removed
-  # afterwards: benchmark/cgroup.rb); returns its report.
-  def child_under_quota(quota_us)
+  # afterwards: benchmark/cgroup.rb), beside `hogs` CPU-bound processes in
+  # the same group; returns its report.
+  def child_under_quota(quota_us, hogs: 0)
     skip "the machine has one CPU: nothing to tell apart" if Etc.nprocessors < 2
     skip "the portable build reads no cgroup" if PORTABLE_BUILD
     skip "no CPU quota possible: #{CpuQuota.unavailable}" if CpuQuota.unavailable
     CpuQuota.with(quota_us) do |q|
-      lib = File.expand_path("../lib", __dir__)
-      out, err, status = Open3.capture3(*q.command(RbConfig.ruby, "-I#{lib}", CHILD), stdin_data: "", timeout: 60)
-      assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
-      JSON.parse(out, symbolize_names: true).merge(cgroup: q.cpu_dir)
+      hog_pids = Array.new(hogs) { Process.spawn(*q.command(RbConfig.ruby, "-e", "loop { }")) }
+      begin
+        lib = File.expand_path("../lib", __dir__)
+        out, err, status = Open3.capture3(*q.command(RbConfig.ruby, "-I#{lib}", CHILD), stdin_data: "", timeout: 60)
+        assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
+        JSON.parse(out, symbolize_names: true).merge(cgroup: q.cpu_dir)
+      ensure
+        hog_pids.each { |pid| Process.kill(:KILL, pid) }
+        hog_pids.each { |pid| Process.wait(pid) }
+      end
     end
   end
 
@@ -176,9 +207,20 @@ class CpuBudgetTest < Minitest::Test
   # A quota of 1.2 CPUs counts as 2 CPUs but never leaves the one and a
   # half free that a spinner and its waker need: no wait spins, where
   # without the quota an idle 2-CPU machine lets them.
-  def test_cpu_free_is_measured_against_the_quota
+  def test_a_quota_under_one_and_a_half_cpus_never_spins
     r = child_under_quota(120_000)
     assert_equal [2, 1.2], r[:budget].values_at(:cpus, :quota_cpus)
+    assert_equal [(0...2000).sum, 0], [r[:sum], r[:stats][:spins]]
+  end
+
+  # CPU free is the quota less what the rest of the group uses (and none
+  # in a window the group was throttled in): 1.6 CPUs beside a CPU-bound
+  # process of the same group leave about 0.6 free (or none, throttled),
+  # where the machine alone would show one CPU free of two.
+  def test_cpu_free_is_measured_against_the_quota_with_the_groups_usage
+    r = child_under_quota(160_000, hogs: 1)
+    assert_equal [2, 1.6], r[:budget].values_at(:cpus, :quota_cpus)
+    assert_operator r[:budget][:free_cpus], :<, 0.9
     assert_equal [(0...2000).sum, 0], [r[:sum], r[:stats][:spins]]
   end
 end

@@ -1,9 +1,9 @@
-//! The CPU quota of the process's cgroup, found as Go's container-aware
-//! GOMAXPROCS and the JVM's container support find it: the process's group
-//! from /proc/self/cgroup, the controller's mount from
-//! /proc/self/mountinfo, then the smallest quota on the way from the group
-//! up to the mount's root (a pod's limit sits on an ancestor of its
-//! container's group). cgroup v2 (`cpu.max`) and v1 (`cpu.cfs_quota_us` /
+//! The CPU quota of the process's cgroup, found as the JVM's container
+//! support finds it (Go's container-aware GOMAXPROCS reads the same files,
+//! the leaf group only): the process's group from /proc/self/cgroup, the
+//! controller's mount from /proc/self/mountinfo, then the smallest quota
+//! on the way from the group up to the mount's root (a pod's limit sits on
+//! an ancestor of its container's group). cgroup v2 (`cpu.max`) and v1 (`cpu.cfs_quota_us` /
 //! `cpu.cfs_period_us`, the cpu controller on v1 winning on a hybrid
 //! mount). Also where the limiting group's usage and throttling are read
 //! from (v2 `cpu.stat`; v1 `cpuacct.usage` and the cpu controller's
@@ -67,8 +67,10 @@ pub fn own() -> Option<Quota> {
 /// The quota of the group `proc_cgroup` names (a /proc/<pid>/cgroup), on
 /// the mounts `mountinfo` lists (a /proc/<pid>/mountinfo).
 pub fn find(proc_cgroup: &Path, mountinfo: &Path) -> Option<Quota> {
-    let groups = std::fs::read_to_string(proc_cgroup).ok()?;
-    let mounts = std::fs::read_to_string(mountinfo).ok()?;
+    // Bytes, not UTF-8: mountinfo escapes only whitespace and backslashes,
+    // and one mount point with other bytes must not hide the rest.
+    let groups = String::from_utf8_lossy(&std::fs::read(proc_cgroup).ok()?).into_owned();
+    let mounts = String::from_utf8_lossy(&std::fs::read(mountinfo).ok()?).into_owned();
     let group_of = |want: &str| {
         groups.lines().find_map(|l| {
             let mut f = l.splitn(3, ':');
@@ -81,17 +83,28 @@ pub fn find(proc_cgroup: &Path, mountinfo: &Path) -> Option<Quota> {
             hit.then_some(path)
         })
     };
-    let mount_of = |fstype: &str, controller: &str| {
+    // The mount of the controller that shows the group `path`, and the
+    // group's path under its mount point: of the mounts whose root holds
+    // the group, the deepest root, the last mounted when several (the one
+    // on top). None when no mount shows the group (the JVM's rule too).
+    let mount_of = |fstype: &str, controller: &str, path: &str| {
         mounts
             .lines()
             .filter_map(Mount::parse)
-            .find(|m| m.fstype == fstype && (controller.is_empty() || m.has_option(controller)))
+            .filter(|m| m.fstype == fstype && (controller.is_empty() || m.has_option(controller)))
+            .filter_map(|m| m.relative(path).map(|rel| (m, rel)))
+            .fold(
+                None,
+                |best: Option<(Mount, String)>, (m, rel)| match &best {
+                    Some((b, _)) if b.root.len() > m.root.len() => best,
+                    _ => Some((m, rel)),
+                },
+            )
     };
-    if let (Some(path), Some(m)) = (group_of("cpu"), mount_of("cgroup", "cpu")) {
-        let rel = m.relative(path);
+    if let Some((m, rel)) = group_of("cpu").and_then(|p| mount_of("cgroup", "cpu", p)) {
         let acct = group_of("cpuacct")
-            .zip(mount_of("cgroup", "cpuacct"))
-            .map(|(p, a)| (a.relative(p), a.point));
+            .and_then(|p| mount_of("cgroup", "cpuacct", p))
+            .map(|(a, acct_rel)| (acct_rel, a.point));
         return smallest(&m.point, &rel, v1_quota).map(|(dir, (q, p))| {
             // The same group in the cpuacct hierarchy (the same directory
             // when the two are mounted together); none where the process
@@ -110,8 +123,7 @@ pub fn find(proc_cgroup: &Path, mountinfo: &Path) -> Option<Quota> {
             }
         });
     }
-    let (path, m) = (group_of("")?, mount_of("cgroup2", "")?);
-    let rel = m.relative(path);
+    let (m, rel) = mount_of("cgroup2", "", group_of("")?)?;
     smallest(&m.point, &rel, v2_quota).map(|(dir, (q, p))| {
         let dir = join(&m.point, &dir);
         Quota {
@@ -216,16 +228,19 @@ impl Mount {
         self.super_options.split(',').any(|x| x == o)
     }
 
-    /// `path` (the process's group) relative to this mount's point: the
-    /// mount's root is stripped; a group outside it (a cgroup namespace
-    /// seen from outside) is the mount point itself.
-    fn relative(&self, path: &str) -> String {
+    /// `path` (the process's group) under this mount's point: the mount's
+    /// root stripped. None for a group outside the root, or a path that
+    /// climbs (`..`: a group outside the process's cgroup namespace).
+    fn relative(&self, path: &str) -> Option<String> {
+        if path.split('/').any(|c| c == "..") {
+            return None;
+        }
         if self.root == "/" {
-            return path.to_string();
+            return Some(path.to_string());
         }
         match path.strip_prefix(self.root.as_str()) {
-            Some(rest) if rest.is_empty() || rest.starts_with('/') => rest.to_string(),
-            _ => String::new(),
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => Some(rest.to_string()),
+            _ => None,
         }
     }
 }

@@ -44,6 +44,10 @@ fn cpu_budget(ruby: &Ruby) -> Result<RHash, Error> {
         q.map(|q| q.dir.display().to_string()),
     )?;
     h.aset(ruby.to_symbol("cgroup_version"), q.map(|q| q.version))?;
+    h.aset(
+        ruby.to_symbol("free_cpus"),
+        b.free_millicpus.map(|m| m as f64 / 1000.0),
+    )?;
     h.aset(ruby.to_symbol("reason"), b.reason)?;
     h.aset(ruby.to_symbol("portable"), !sys::LINUX)?;
     Ok(h)
@@ -81,6 +85,8 @@ fn internal_panic_for_tests() -> Result<(), Error> {
 #[magnus::init]
 fn init(ruby: &Ruby) -> Result<(), Error> {
     sys::install_fork_hook();
+    sys::init_statics();
+    spin::init();
     let module = ruby.define_module("RapidThread")?;
     module.define_singleton_method("spin_us", function!(spin::spin_us, 0))?;
     module.define_singleton_method("spin_us=", function!(spin::set_spin_us, 1))?;

@@ -152,16 +152,32 @@ static CPUS_READ_AT: AtomicU64 = AtomicU64::new(0);
 /// for (0: never).
 static QUOTA_MILLICPUS: AtomicU64 = AtomicU64::new(0);
 static QUOTA_READ_AT: AtomicU64 = AtomicU64::new(0);
-/// The quota found, for its usage files (see `with_quota`).
+/// The quota found, for its usage files (see `quota`), and a count of
+/// the changes of it (a window spanning one does not measure the group).
 static QUOTA: OnceLock<ForkCell<Mutex<Option<Quota>>>> = OnceLock::new();
+static QUOTA_GEN: AtomicU64 = AtomicU64::new(0);
 
-/// Runs `f` on the quota last found, unless another thread holds it (it
-/// is refreshing it). A forked child starts with none (`ForkCell`: a
-/// thread of the parent may have held the lock in the fork).
-fn with_quota<R>(f: impl FnOnce(&mut Option<Quota>) -> R) -> Option<R> {
-    let cell = QUOTA.get_or_init(|| ForkCell::new(Mutex::new(None), |_| Mutex::new(None)));
-    let mut guard = cell.get().try_lock().ok()?;
-    Some(f(&mut guard))
+/// Makes the statics whose first use could otherwise race a fork (a
+/// child would wait forever on a OnceLock another thread of the parent
+/// was filling): called when the extension loads.
+pub fn init() {
+    quota_cell();
+}
+
+fn quota_cell() -> &'static Mutex<Option<Quota>> {
+    QUOTA
+        .get_or_init(|| ForkCell::new(Mutex::new(None), |_| Mutex::new(None)))
+        .get()
+}
+
+/// The quota last found. A forked child starts with none (`ForkCell`: a
+/// thread of the parent may have held the lock in the fork); the lock is
+/// held only to copy it in or out, never across a file read.
+fn quota() -> Option<Quota> {
+    quota_cell()
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
 }
 
 /// Looks for the cgroup's quota again when QUOTA_REFRESH has passed (one
@@ -178,11 +194,13 @@ fn refresh_quota(now: u64) {
         return;
     }
     let found = if sys::LINUX { cgroup::own() } else { None };
-    QUOTA_MILLICPUS.store(
-        found.as_ref().map_or(0, Quota::millicpus),
-        Ordering::Relaxed,
-    );
-    with_quota(|q| *q = found);
+    let millicpus = found.as_ref().map_or(0, Quota::millicpus);
+    let mut q = quota_cell().lock().unwrap_or_else(|e| e.into_inner());
+    if *q != found {
+        QUOTA_GEN.fetch_add(1, Ordering::Relaxed);
+        *q = found;
+    }
+    QUOTA_MILLICPUS.store(millicpus, Ordering::Relaxed);
 }
 
 /// CPUs the process may use: its affinity, cut to the quota rounded up.
@@ -214,42 +232,52 @@ fn one_cpu(now: u64) -> bool {
 /// The window over which other processes' CPU use is measured: /proc/stat
 /// counts in 10 ms ticks, so a window holds ten per CPU.
 const LOAD_WINDOW: Duration = Duration::from_millis(100);
-/// CPU time other processes used in the last full window, as a fraction of
-/// one CPU in thousandths, plus one (0: not measured yet).
-static OTHERS_MILLICPUS_PLUS_ONE: AtomicU64 = AtomicU64::new(0);
+/// CPU the process could have for a spinner and its waker, as measured
+/// over the last full window, in thousandths of a CPU, plus one (0: not
+/// measured yet).
+static FREE_MILLICPUS_PLUS_ONE: AtomicU64 = AtomicU64::new(0);
 /// The window being measured: when it began (`sys::coarse_monotonic_ns`),
-/// the busy CPU time then (the machine's, or the cgroup's under a quota:
-/// `WINDOW_SOURCE`), this process's, and the cgroup's throttled periods.
+/// the machine's busy CPU time then, this process's, and, under a quota,
+/// the group's usage (0: unknown) and throttled periods (plus one; 0:
+/// unknown) and which quota they were of (`QUOTA_GEN`).
 static WINDOW_AT: AtomicU64 = AtomicU64::new(0);
-static WINDOW_BUSY_NS: AtomicU64 = AtomicU64::new(0);
+static WINDOW_MACHINE_NS: AtomicU64 = AtomicU64::new(0);
 static WINDOW_OWN_NS: AtomicU64 = AtomicU64::new(0);
+static WINDOW_GROUP_NS: AtomicU64 = AtomicU64::new(0);
 static WINDOW_THROTTLED: AtomicU64 = AtomicU64::new(0);
-/// Whose busy time WINDOW_BUSY_NS is: 1 the machine's, 2 the cgroup's.
-static WINDOW_SOURCE: AtomicU64 = AtomicU64::new(0);
+static WINDOW_QUOTA_GEN: AtomicU64 = AtomicU64::new(0);
 
-/// Busy CPU time now, and whose (see WINDOW_SOURCE), and the cgroup's
-/// throttled periods: the cgroup's under a quota, else the machine's.
-fn busy_now() -> (Option<u64>, u64, Option<u64>) {
-    let quota = with_quota(|q| q.as_ref().map(|q| (q.usage_ns(), q.throttled_periods())));
-    match quota.flatten() {
-        Some((usage, throttled)) if usage.is_some() => (usage, 2, throttled),
-        _ => (sys::machine_busy_ns(), 1, None),
+/// CPU time used by others between two readings, in thousandths of a CPU
+/// over `window_ns` (None: not measurable).
+fn others_over(busy: u64, last_busy: u64, own: u64, last_own: u64, window_ns: u64) -> Option<u64> {
+    // own < last_own: a forked child's clock started again.
+    if last_busy == 0 || own < last_own {
+        return None;
     }
+    let used = busy
+        .saturating_sub(last_busy)
+        .saturating_sub(own - last_own);
+    Some(
+        (u128::from(used) * 1000 / u128::from(window_ns.max(1))).min(u128::from(u64::MAX / 2))
+            as u64,
+    )
 }
 
-/// How much CPU other processes (other members of the cgroup, under a
-/// quota) used in the last window, in thousandths of a CPU; a window in
-/// which the cgroup was throttled counts as every CPU used. Before the
-/// first window ends, and wherever neither /proc/stat nor the cgroup can
-/// be read, the tasks runnable now stand in (/proc/loadavg), less this
-/// thread and the waker it may be about to wait for: a spin in the first
-/// window beside busy CPUs left a ping-pong at 3 ms per round trip for the
-/// rest of its run. `now`: `sys::coarse_monotonic_ns`. One thread per
-/// window (Ractors call this in parallel) reads the files.
-fn others_millicpus(now: u64) -> u64 {
+/// How much CPU is free for a spinner and its waker, in thousandths of a
+/// CPU: the machine's CPUs less what other processes used in the last
+/// window (/proc/stat less this process's CPU time), and under a quota no
+/// more than the quota less what the rest of the group used (its own
+/// usage, not the host's), none in a window the group was throttled in.
+/// Before the first window ends, and wherever /proc/stat cannot be read,
+/// the tasks runnable now stand in for the machine (/proc/loadavg), less
+/// this thread and the waker it may be about to wait for: a spin in the
+/// first window beside busy CPUs left a ping-pong at 3 ms per round trip
+/// for the rest of its run. `now`: `sys::coarse_monotonic_ns`. One thread
+/// per window (Ractors call this in parallel) reads the files.
+fn free_millicpus(now: u64) -> u64 {
     let now = now.max(1);
     let at = WINDOW_AT.load(Ordering::Relaxed);
-    let cached = OTHERS_MILLICPUS_PLUS_ONE.load(Ordering::Relaxed);
+    let cached = FREE_MILLICPUS_PLUS_ONE.load(Ordering::Relaxed);
     let fresh = now.saturating_sub(at) < LOAD_WINDOW.as_nanos() as u64;
     if (at != 0 && fresh)
         || WINDOW_AT
@@ -259,56 +287,66 @@ fn others_millicpus(now: u64) -> u64 {
         // Fresh, or another thread is refreshing it.
         return cached.saturating_sub(1);
     }
-    let (busy, source, throttled) = busy_now();
+    let window = now.saturating_sub(at);
+    let full = at != 0;
+    let machine = sys::machine_busy_ns();
     let own = sys::process_cpu_ns();
-    let (last_busy, last_own, last_source, last_throttled) = (
-        WINDOW_BUSY_NS.swap(busy.unwrap_or(0), Ordering::Relaxed),
-        WINDOW_OWN_NS.swap(own, Ordering::Relaxed),
-        WINDOW_SOURCE.swap(source, Ordering::Relaxed),
-        WINDOW_THROTTLED.swap(throttled.unwrap_or(0), Ordering::Relaxed),
-    );
-    // A full window of one source measured (own < last_own: a forked
-    // child's clock started again; that window is not measured).
-    let measured = at != 0 && last_busy != 0 && source == last_source;
-    let others = match busy {
-        Some(_) if measured && throttled.is_some_and(|t| t > last_throttled) => u64::MAX / 2,
-        Some(busy) if measured && own >= last_own => {
-            let used = busy
-                .saturating_sub(last_busy)
-                .saturating_sub(own - last_own);
-            let window = now.saturating_sub(at).max(1);
-            (u128::from(used) * 1000 / u128::from(window)).min(u128::from(u64::MAX / 2)) as u64
-        }
-        Some(_) if measured => cached.saturating_sub(1),
-        _ => sys::runnable_tasks()
-            .map_or(0, |r| r.saturating_sub(2))
-            .saturating_mul(1000),
+    let last_machine = WINDOW_MACHINE_NS.swap(machine.unwrap_or(0), Ordering::Relaxed);
+    let last_own = WINDOW_OWN_NS.swap(own, Ordering::Relaxed);
+    let capacity = sys::online_cpus() as u64 * 1000;
+    let machine_others = match machine {
+        Some(m) if full => others_over(m, last_machine, own, last_own, window),
+        _ => None,
     };
-    OTHERS_MILLICPUS_PLUS_ONE.store(others.saturating_add(1), Ordering::Relaxed);
-    others
-}
-
-/// The CPU the process can have, in thousandths: the machine's (its
-/// load is the machine's), or the quota where smaller.
-fn capacity_millicpus() -> u64 {
-    let machine = sys::online_cpus() as u64 * 1000;
-    match QUOTA_MILLICPUS.load(Ordering::Relaxed) {
-        0 => machine,
-        q => machine.min(q),
+    let mut free = match machine_others {
+        Some(others) => capacity.saturating_sub(others),
+        None if full && machine.is_some() => cached.saturating_sub(1),
+        None => capacity.saturating_sub(
+            sys::runnable_tasks()
+                .map_or(0, |r| r.saturating_sub(2))
+                .saturating_mul(1000),
+        ),
+    };
+    // The group's part (no lock held across the reads).
+    let gen = QUOTA_GEN.load(Ordering::Relaxed);
+    let limit = QUOTA_MILLICPUS.load(Ordering::Relaxed);
+    let group = (limit != 0).then(quota).flatten();
+    let usage = group.as_ref().and_then(Quota::usage_ns);
+    let throttled = group.as_ref().and_then(Quota::throttled_periods);
+    let last_usage = WINDOW_GROUP_NS.swap(usage.unwrap_or(0), Ordering::Relaxed);
+    let last_throttled = WINDOW_THROTTLED.swap(
+        throttled.map_or(0, |t| t.saturating_add(1)),
+        Ordering::Relaxed,
+    );
+    let same_quota = WINDOW_QUOTA_GEN.swap(gen, Ordering::Relaxed) == gen;
+    if limit != 0 {
+        let group_free = match usage {
+            _ if full
+                && same_quota
+                && throttled.is_some_and(|t| last_throttled != 0 && t >= last_throttled) =>
+            {
+                0
+            }
+            Some(u) if full && same_quota => others_over(u, last_usage, own, last_own, window)
+                .map_or(limit, |o| limit.saturating_sub(o)),
+            _ => limit,
+        };
+        free = free.min(group_free);
     }
+    FREE_MILLICPUS_PLUS_ONE.store(free.saturating_add(1), Ordering::Relaxed);
+    free
 }
 
 /// Whether the machine has no CPU to spare for a spinner and its waker:
-/// other processes used more of the CPUs in the last window than leaves
-/// one and a half free (Go's scheduler spins only while a P is idle).
-/// CPU-bound processes beside the program (a busy machine, puma's other
-/// workers, a load generator) make it true. The machine's CPUs, not this
-/// thread's affinity: /proc/stat's load is the machine's. (A process
-/// confined to some CPUs of a busy host may then spin where its own CPUs
-/// are busy; the late-spin rule below stops it.)
+/// less than one and a half CPUs free (`free_millicpus`; Go's scheduler
+/// spins only while a P is idle). CPU-bound processes beside the program
+/// (a busy machine, puma's other workers, a load generator) make it true.
+/// The machine's CPUs, not this thread's affinity: /proc/stat's load is
+/// the machine's. (A process confined to some CPUs of a busy host may
+/// then spin where its own CPUs are busy; the late-spin rule below stops
+/// it.)
 fn no_free_cpu(now: u64) -> bool {
-    let free = capacity_millicpus().saturating_sub(others_millicpus(now));
-    free + 500 < 2000
+    free_millicpus(now) + 500 < 2000
 }
 
 /// `spin`, cut to what is left before `deadline`.
@@ -471,6 +509,9 @@ pub fn stats() -> Stats {
 pub struct CpuBudget {
     pub cpus: u64,
     pub affinity: u64,
+    /// CPUs free for a spinner and its waker in the last measured window
+    /// (`free_millicpus`), in thousandths; None before the first.
+    pub free_millicpus: Option<u64>,
     pub quota: Option<Quota>,
     pub reason: String,
 }
@@ -480,11 +521,11 @@ pub fn cpu_budget() -> CpuBudget {
     one_cpu(sys::coarse_monotonic_ns());
     let cpus = CPUS.load(Ordering::Relaxed);
     let affinity = sys::cpus_allowed() as u64;
-    let quota = with_quota(|q| q.clone()).flatten();
+    let quota = quota();
     let plural = |n: u64| if n == 1 { "" } else { "s" };
     let reason = match &quota {
         _ if !sys::LINUX => format!(
-            "{cpus} CPU{} online (portable build: no affinity mask or cgroup read)",
+            "{cpus} CPU{} (portable build: std's available_parallelism; no cgroup quota read)",
             plural(cpus)
         ),
         Some(q) => format!(
@@ -501,6 +542,9 @@ pub fn cpu_budget() -> CpuBudget {
     CpuBudget {
         cpus,
         affinity,
+        free_millicpus: FREE_MILLICPUS_PLUS_ONE
+            .load(Ordering::Relaxed)
+            .checked_sub(1),
         quota,
         reason,
     }

@@ -121,8 +121,9 @@ struct NoGvl<B> {
 /// into C).
 ///
 /// # Safety
-/// `ubf` may be called from another thread (or a signal handler) while
-/// `body` runs, with `ubf_arg`, which must stay valid for the whole call.
+/// `ubf` may be called from another thread (the interrupting one, or
+/// Ruby's timer thread; never from a signal handler) while `body` runs,
+/// with `ubf_arg`, which must stay valid for the whole call.
 /// `body` must not touch Ruby.
 pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
     body: B,

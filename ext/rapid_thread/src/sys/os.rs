@@ -26,6 +26,15 @@ pub const LINUX: bool = cfg!(all(target_os = "linux", not(feature = "portable"))
 /// portable word sleep takes a lock and wakes a whole bucket.
 pub const PARKING: bool = LINUX;
 
+/// Makes the statics whose first use could otherwise race a fork (a
+/// forked child would wait for ever on a OnceLock that another thread of
+/// the parent was filling): called when the extension loads.
+pub fn init_statics() {
+    online_cpus();
+    super::monotonic_ns();
+    imp::init();
+}
+
 /// How many CPUs the machine has online (read once).
 pub fn online_cpus() -> usize {
     static ONLINE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
@@ -103,6 +112,9 @@ mod imp {
         }
     }
 
+    /// Nothing to make ahead (see the portable one).
+    pub(super) fn init() {}
+
     /// The CPU the calling thread runs on now (-1 if unknown).
     pub fn current_cpu() -> i32 {
         // SAFETY: a plain query (glibc reads it from rseq or the vDSO).
@@ -171,7 +183,9 @@ mod imp {
 mod imp {
     use super::*;
     use std::sync::atomic::Ordering;
-    use std::sync::{Condvar, Mutex};
+    use std::sync::{Condvar, Mutex, OnceLock};
+
+    use super::super::ForkCell;
 
     /// Sleepers are grouped by their word's address into this many
     /// buckets, each a lock and a condition variable (as parking_lot's
@@ -189,17 +203,34 @@ mod imp {
         cond: Condvar,
     }
 
-    fn bucket(word: &AtomicU32) -> &'static Bucket {
-        static TABLE: std::sync::OnceLock<Vec<Bucket>> = std::sync::OnceLock::new();
-        let table = TABLE.get_or_init(|| {
-            (0..BUCKETS)
-                .map(|_| Bucket {
-                    lock: Mutex::new(()),
-                    cond: Condvar::new(),
+    const fn bucket_new() -> Bucket {
+        Bucket {
+            lock: Mutex::new(()),
+            cond: Condvar::new(),
+        }
+    }
+
+    /// The buckets, fresh in a forked child: a thread of the parent (in
+    /// another Ractor, or without the GVL) may have held a bucket's lock
+    /// in the fork, for ever in the child.
+    static TABLE: OnceLock<ForkCell<[Bucket; BUCKETS]>> = OnceLock::new();
+
+    pub(super) fn init() {
+        table();
+    }
+
+    fn table() -> &'static [Bucket; BUCKETS] {
+        TABLE
+            .get_or_init(|| {
+                ForkCell::new([const { bucket_new() }; BUCKETS], |_| {
+                    [const { bucket_new() }; BUCKETS]
                 })
-                .collect()
-        });
-        &table[(word.as_ptr() as usize >> 2) % BUCKETS]
+            })
+            .get()
+    }
+
+    fn bucket(word: &AtomicU32) -> &'static Bucket {
+        &table()[(word.as_ptr() as usize >> 2) % BUCKETS]
     }
 
     /// As Linux's: sleeps while `word` holds `expected`, for at most

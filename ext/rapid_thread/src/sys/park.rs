@@ -39,8 +39,10 @@ fn park_phase(w: &Waiter, limit: Duration) {
 }
 
 /// The unblock function of a waiter's spin or park: marks it interrupted
-/// and, if it is parked, wakes it. Only atomics and a system call: safe
-/// from another thread and from a signal handler.
+/// and, if it is parked, wakes it. Only atomics and a word's wake-up
+/// (`futex_wake`; a lock in the portable build): safe from another
+/// thread, which is where Ruby calls unblock functions (the interrupting
+/// thread or the timer thread, under the target's interrupt lock).
 ///
 /// # Safety
 /// `arg` is the waiter, alive while its wait runs (Ruby calls the unblock
