@@ -111,15 +111,22 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
                 .then(|| sys::time_interval(timeout))
                 .transpose()?;
             let deadline = wait::deadline_after(limit);
-            let step = wait::first_step(w, deadline);
+            let mut step = wait::first_step(w, deadline);
             if let Step::Sleep = step {
                 // Ruby's sleep at once (one CPU on 3.3+, a dormant list):
                 // in Mutex#sleep itself, as stock's wait sleeps, instead
                 // of unlocking, sleeping on a private mutex and re-locking
-                // (8% of a pinned condvar ping-pong on 3.3.8).
-                w.set_sleeping();
-                sys::note_gvl_release();
-                return sys::mutex_sleep(mutex, limit);
+                // (8% of a pinned condvar ping-pong on 3.3.8). A trap
+                // handler pending now runs first, here: in the sleep's own
+                // first interrupt check, Ruby would overwrite the wake-up
+                // it sends (stock loses it so; see wait::block_from).
+                sys::check_ints()?;
+                if !w.signaled() {
+                    w.set_sleeping();
+                    sys::note_gvl_release();
+                    return sys::mutex_sleep(mutex, timeout);
+                }
+                step = Step::Done;
             }
             sys::mutex_unlock(mutex)?;
             let started = sys::wall_seconds();

@@ -134,18 +134,13 @@ pub fn call_sleep(m: VALUE, timeout: VALUE) -> Result<VALUE, Error> {
 /// call (for a `Thread::Mutex`; anything else raises TypeError). Unlocks
 /// (ThreadError if not owned), sleeps until woken, interrupted or timed
 /// out, re-locks uninterruptibly, then runs pending interrupts; nil if it
-/// timed out, else the seconds slept. The timeout is converted already
-/// (`time_interval`), so Ruby converts no user object a second time.
-pub fn mutex_sleep(m: VALUE, timeout: Option<Duration>) -> Result<VALUE, Error> {
+/// timed out, else the seconds slept. `timeout` is the caller's own
+/// object (nil, or what stock's wait would pass on), so that Ruby's
+/// conversion and its limits are stock's.
+pub fn mutex_sleep(m: VALUE, timeout: VALUE) -> Result<VALUE, Error> {
     // SAFETY: rb_mutex_sleep checks the receiver's type and may raise or
-    // jump (not owned, interrupts), caught by protect. The Float is a
-    // flonum or kept on this stack frame until the call returns.
-    protect(|| unsafe {
-        let t = timeout.map_or(QNIL, |d| rb_sys::rb_float_new(d.as_secs_f64()));
-        let r = rb_sys::rb_mutex_sleep(m, t);
-        gc_guard(t);
-        r
-    })
+    // jump (a bad timeout, not owned, interrupts), caught by protect.
+    protect(|| unsafe { rb_sys::rb_mutex_sleep(m, timeout) })
 }
 
 /// `rb_obj_class(v)`.
