@@ -6,7 +6,9 @@
 //! work. For a plain `Thread::Mutex` (also what MonitorMixin uses) the same
 //! steps run natively: unlock, the shared two-phase wait of `wait.rs`, an
 //! uninterruptible re-lock, then pending interrupts; the return value is
-//! still Mutex#sleep's (whole seconds slept).
+//! still Mutex#sleep's (whole seconds slept). A wait that would go
+//! straight to Ruby's sleep (no spin, no park: `wait::first_step`) runs
+//! pending interrupts, then sleeps in that Mutex#sleep itself, as stock's.
 
 use magnus::scan_args::scan_args;
 use magnus::value::Lazy;
