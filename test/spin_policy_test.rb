@@ -15,14 +15,8 @@ class SpinPolicyTest < Minitest::Test
   # Whether waits park here (test_helper.rb).
   PARKS = WAITS_PARK
 
-  PING_PONG = <<~'RUBY'
-    ping = RapidThread::Queue.new
-    pong = RapidThread::Queue.new
-    echo = Thread.new { while (v = ping.pop) do pong << v end }
-    sum = 0
-    2000.times { |i| ping << i; sum += pong.pop }
-    ping << nil
-    echo.join
+  PING_PONG = "require #{File.expand_path('support/ping_pong', __dir__).dump}\n" + <<~'RUBY'
+    sum = ping_pong
     s = RapidThread.spin_stats
     puts sum, s[:spins], s[:parks] > 1000, s[:parks].zero?
   RUBY

@@ -4,6 +4,7 @@
 # CPU budget the gem found and what a queue ping-pong's waits did.
 require "json"
 require "rapid_thread"
+require_relative "ping_pong"
 
 # The first wait opens the spin policy's first 100 ms load window; the
 # ping-pong then runs in measured windows (the cgroup's usage, not the
@@ -11,11 +12,5 @@ require "rapid_thread"
 RapidThread::Queue.new.pop(timeout: 0.001)
 sleep 0.25
 
-ping = RapidThread::Queue.new
-pong = RapidThread::Queue.new
-echo = Thread.new { while (v = ping.pop) do pong << v end }
-sum = 0
-2000.times { |i| ping << i; sum += pong.pop }
-ping << nil
-echo.join
+sum = ping_pong
 puts JSON.generate(budget: RapidThread.cpu_budget, stats: RapidThread.spin_stats, sum: sum)

@@ -21,11 +21,17 @@ pub struct Quota {
     pub dir: PathBuf,
     pub quota_us: u64,
     pub period_us: u64,
-    /// `dir`'s CPU usage: v2 `cpu.stat` (`usage_usec`), v1 `cpuacct.usage`
-    /// (nanoseconds); None where v1's cpuacct is not mounted.
+    /// `dir`'s CPU usage for v1, `cpuacct.usage` (nanoseconds); None
+    /// where v1's cpuacct is not mounted, and for v2 (in `stat`).
     usage: Option<PathBuf>,
-    /// `dir`'s `cpu.stat` (`nr_throttled`).
+    /// `dir`'s `cpu.stat` (`nr_throttled`; v2's `usage_usec` too).
     stat: PathBuf,
+}
+
+/// What [`Quota::sample`] read (None: unreadable).
+pub struct Sample {
+    pub usage_ns: Option<u64>,
+    pub throttled_periods: Option<u64>,
 }
 
 impl Quota {
@@ -39,20 +45,22 @@ impl Quota {
         self.quota_us.div_ceil(self.period_us.max(1)).max(1)
     }
 
-    /// CPU time the group has used, in nanoseconds.
-    pub fn usage_ns(&self) -> Option<u64> {
-        let path = self.usage.as_ref()?;
-        let text = std::fs::read_to_string(path).ok()?;
-        if self.version == 2 {
-            stat_field(&text, "usage_usec")?.checked_mul(1000)
-        } else {
-            text.trim().parse().ok()
+    /// The group's CPU usage (nanoseconds) and throttled periods (its
+    /// quota used up), read now: v2 keeps both in `cpu.stat`, read once.
+    pub fn sample(&self) -> Sample {
+        let stat = std::fs::read_to_string(&self.stat).ok();
+        let field = |key| stat.as_deref().and_then(|t| stat_field(t, key));
+        let usage_ns = match &self.usage {
+            _ if self.version == 2 => field("usage_usec").and_then(|us| us.checked_mul(1000)),
+            Some(path) => std::fs::read_to_string(path)
+                .ok()
+                .and_then(|t| t.trim().parse().ok()),
+            None => None,
+        };
+        Sample {
+            usage_ns,
+            throttled_periods: field("nr_throttled"),
         }
-    }
-
-    /// How many periods the group was throttled in (its quota used up).
-    pub fn throttled_periods(&self) -> Option<u64> {
-        stat_field(&std::fs::read_to_string(&self.stat).ok()?, "nr_throttled")
     }
 }
 
@@ -128,7 +136,7 @@ pub fn find(proc_cgroup: &Path, mountinfo: &Path) -> Option<Quota> {
         let dir = join(&m.point, &dir);
         Quota {
             version: 2,
-            usage: Some(dir.join("cpu.stat")),
+            usage: None,
             stat: dir.join("cpu.stat"),
             dir,
             quota_us: q,

@@ -70,8 +70,12 @@ fn cgroup_quota_for_tests(
     h.aset(ruby.to_symbol("quota_us"), q.quota_us)?;
     h.aset(ruby.to_symbol("period_us"), q.period_us)?;
     h.aset(ruby.to_symbol("cpus"), q.cpus())?;
-    h.aset(ruby.to_symbol("usage_ns"), q.usage_ns())?;
-    h.aset(ruby.to_symbol("throttled_periods"), q.throttled_periods())?;
+    let sample = q.sample();
+    h.aset(ruby.to_symbol("usage_ns"), sample.usage_ns)?;
+    h.aset(
+        ruby.to_symbol("throttled_periods"),
+        sample.throttled_periods,
+    )?;
     Ok(Some(h))
 }
 

@@ -311,8 +311,9 @@ fn free_millicpus(now: u64) -> u64 {
     let gen = QUOTA_GEN.load(Ordering::Relaxed);
     let limit = QUOTA_MILLICPUS.load(Ordering::Relaxed);
     let group = (limit != 0).then(quota).flatten();
-    let usage = group.as_ref().and_then(Quota::usage_ns);
-    let throttled = group.as_ref().and_then(Quota::throttled_periods);
+    let sample = group.as_ref().map(Quota::sample);
+    let usage = sample.as_ref().and_then(|s| s.usage_ns);
+    let throttled = sample.as_ref().and_then(|s| s.throttled_periods);
     let last_usage = WINDOW_GROUP_NS.swap(usage.unwrap_or(0), Ordering::Relaxed);
     let last_throttled = WINDOW_THROTTLED.swap(
         throttled.map_or(0, |t| t.saturating_add(1)),
