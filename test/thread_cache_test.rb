@@ -1185,6 +1185,33 @@ class ThreadCacheTest < RapidThreadTest
     assert_operator now - t0, :<, 10
   end
 
+  # Once the process is ending (the main thread killed, every thread told
+  # to end), Thread.new raises ThreadError. A spawn then, from the ensure
+  # of a thread killed at exit, made a thread Ruby never told to end, and
+  # the exit waited for it forever; and a worker whose block's ensure
+  # raised so waited out its idle timeout before ending.
+  def test_spawn_while_the_process_ends_raises_as_thread_new_does
+    t0 = now
+    out = child_output(<<~'RUBY', timeout: 20, quiet: true)
+      RapidThread.idle_timeout = 30
+      q = RapidThread::Queue.new
+      try = lambda do |who|
+        { "spawn" => -> { RapidThread.spawn { 1 } }, "new" => -> { Thread.new { 1 } } }.each do |how, make|
+          make.call
+          $stdout.write "#{who} #{how}: made\n"
+        rescue ThreadError => e
+          $stdout.write "#{who} #{how}: #{e.message}\n"
+        end
+      end
+      Thread.new do q.pop ensure try.call("thread") end
+      RapidThread.spawn do q.pop ensure try.call("task") end
+      Thread.pass until q.num_waiting == 2
+    RUBY
+    assert_equal ["task new: can't alloc thread", "task spawn: can't alloc thread",
+                  "thread new: can't alloc thread", "thread spawn: can't alloc thread"], out.lines.map(&:chomp).sort
+    assert_operator now - t0, :<, 15
+  end
+
   def test_fork_child_has_an_empty_cache
     skip "no fork" unless Process.respond_to?(:fork)
     q = Thread::Queue.new

@@ -91,8 +91,15 @@ fn run_unmasked(body: ThreadBody) -> Option<i32> {
 /// body calls. With `unmasked`, the body runs inside
 /// `Thread.handle_interrupt(Object => :immediate)` (see [`run_unmasked`];
 /// that adds a frame, so it is for threads that run no user code). Raises
-/// ThreadError when the thread cannot be created.
+/// ThreadError when the thread cannot be created, and, as Thread.new
+/// does, once the main thread is killed (the process is ending: at_exit
+/// blocks have run and Ruby has told every thread to end, so a thread
+/// made now, by an `ensure` say, would never be told, and the exit would
+/// wait for it forever; `rb_thread_create` itself does not check).
 pub fn create_thread(body: ThreadBody, unmasked: bool) -> Result<VALUE, Error> {
+    if process_ending()? {
+        return Err(crate::errors::thread_error("can't alloc thread"));
+    }
     let entry = if unmasked {
         unmasked_thread_entry
     } else {
@@ -102,6 +109,13 @@ pub fn create_thread(body: ThreadBody, unmasked: bool) -> Result<VALUE, Error> {
     // is a plain function pointer with no captured state; may raise
     // ThreadError, caught by protect.
     protect(|| unsafe { rb_sys::rb_thread_create(Some(entry), body as *mut c_void) })
+}
+
+/// Whether the main thread is killed: the process is ending, and every
+/// thread alive was told to end once, when this became true.
+pub fn process_ending() -> Result<bool, Error> {
+    let alive = funcall(main_thread(), name!(c"alive?"), &[])?;
+    Ok(!magnus::value::ReprValue::to_bool(value(alive)))
 }
 
 /// The tag number of a non-local exit (`Error::Jump`).

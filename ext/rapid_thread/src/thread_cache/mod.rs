@@ -469,6 +469,11 @@ fn dispatch() -> Result<(), Error> {
     if with(Pool::must_wake_idle) {
         return wait::wake_newest(&POOL, idle);
     }
+    // As Thread.new, refused once the process is ending (sys::create_thread
+    // says why; the monitor, told to end, may not have yet).
+    if sys::process_ending()? {
+        return Err(errors::thread_error("can't alloc thread"));
+    }
     // Armed first: `ensure_progress` calls `stop?` on busy workers, where
     // an interrupt (Thread#raise, Ctrl-C) can end the spawn with the task
     // left queued; the monitor's ticks then do what it would have done.
@@ -527,8 +532,7 @@ fn ensure_progress_if_orphaned() -> Result<(), Error> {
     if with(Pool::monitor_running) || !with(Pool::has_pending) {
         return Ok(());
     }
-    let main = sys::main_thread();
-    if !sys::value(sys::funcall(main, sys::name!(c"alive?"), &[])?).to_bool() {
+    if sys::process_ending()? {
         return Ok(());
     }
     if with(Pool::must_wake_idle) {

@@ -141,6 +141,12 @@ pub(super) fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Err
             Some(None) => return Ok(None),
             None => {}
         }
+        // The process is ending and this worker missed Ruby's one call to
+        // end (a block's `ensure` that raised took it): end now rather
+        // than keep the exit waiting for the idle timeout.
+        if sys::process_ending()? {
+            return Ok(None);
+        }
         sent = wait::enlisted(&POOL, idle, End::Newest, QNIL, Pool::has_pending, |w| {
             wait::block(w, deadline, false)?;
             Ok(w.signaled())
