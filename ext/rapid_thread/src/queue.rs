@@ -444,6 +444,14 @@ fn instead_of_waiting(
 
 /// Parses `(non_block = false, timeout: nil)` as Ruby 3.2 does.
 pub fn pop_args(args: &[Value]) -> Result<(bool, Option<Duration>), Error> {
+    // `pop(timeout: t)` alone (an idle worker's wait) is read directly.
+    if let [kw] = args {
+        if sys::keyword_given() {
+            if let Some(t) = sys::only_keyword(sys::raw(*kw), sys::name!(c"timeout")) {
+                return Ok((false, wait::timeout_duration(sys::value(t))?));
+            }
+        }
+    }
     let args = scan_args::<(), (Option<Value>,), (), (), RHash, ()>(args)?;
     block_and_timeout(args.optional.0, args.keywords)
 }

@@ -383,3 +383,30 @@ pub fn arg(argc: std::os::raw::c_int, argv: *const Value, i: usize) -> Option<Va
     // SAFETY: Ruby passes `argc` valid VALUEs at `argv`; `i` is checked.
     (i < argc as usize).then(|| unsafe { *argv.add(i) })
 }
+
+/// The value of `key` when `hash` is a keyword Hash holding that key
+/// alone (`pop(timeout: t)`, the usual call): a look-up, where magnus's
+/// keyword parsing builds its argument spec and allocates on every call.
+/// None otherwise, and the caller parses in full (for the errors).
+pub fn only_keyword(hash: VALUE, key: &super::Name) -> Option<VALUE> {
+    if special_const(hash) {
+        return None;
+    }
+    let undef = rb_sys::special_consts::Qundef as VALUE;
+    // SAFETY: `hash` is a heap object Ruby passed us (not a special
+    // constant), so its header can be read; the Hash calls run only once
+    // it is a Hash, GVL held. None raises: the size is a field read, and
+    // a Symbol key is hashed and compared without calling Ruby code.
+    // `key` is one of the keyword names callers pass (interned at load
+    // time, when the method was defined with it), so interning allocates
+    // nothing.
+    unsafe {
+        if rb_sys::RB_BUILTIN_TYPE(hash) != ruby_value_type::RUBY_T_HASH
+            || rb_sys::rb_hash_size_num(hash) != 1
+        {
+            return None;
+        }
+        let v = rb_sys::rb_hash_lookup2(hash, rb_sys::rb_id2sym(key.id()), undef);
+        (v != undef).then_some(v)
+    }
+}
