@@ -21,6 +21,7 @@ rescue LoadError => precompiled
   end
 end
 require_relative "rapid_thread/task"
+require_relative "rapid_thread/executor"
 
 # Fast drop-in replacements for Ruby's thread primitives, written in Rust:
 #

@@ -1,6 +1,9 @@
 # frozen_string_literal: true
 
 require_relative "test_helper"
+# Executor.replace_global_executors exists with concurrent-ruby loaded.
+require_relative "support/concurrent_ruby"
+require "rapid_thread/concurrent"
 
 # sig/rapid_thread.rbs against the implementation: every public method the
 # gem defines has a signature and every signature names a real method (the
@@ -12,7 +15,8 @@ class RBSTest < RapidThreadTest
     "RapidThread" => RapidThread, "RapidThread::Queue" => RapidThread::Queue,
     "RapidThread::SizedQueue" => RapidThread::SizedQueue,
     "RapidThread::ConditionVariable" => RapidThread::ConditionVariable, "RapidThread::Task" => RapidThread::Task,
-    "RapidThread::RactorQueue" => RapidThread::RactorQueue, "Thread" => Thread
+    "RapidThread::RactorQueue" => RapidThread::RactorQueue, "RapidThread::Executor" => RapidThread::Executor,
+    "Thread" => Thread
   }.freeze
 
   def setup

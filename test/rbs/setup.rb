@@ -18,7 +18,7 @@ require "logger"
 module RapidThreadRBS
   SIG = File.expand_path("../../sig", __dir__)
   TARGETS = %w[RapidThread RapidThread::Queue RapidThread::SizedQueue RapidThread::ConditionVariable
-               RapidThread::Task RapidThread::RactorQueue].freeze
+               RapidThread::Task RapidThread::RactorQueue RapidThread::Executor].freeze
 
   # Runs the block with the checks off in this fiber: for the calls the
   # suite makes ill-typed on purpose (wrong arity, nil, strings, ... where

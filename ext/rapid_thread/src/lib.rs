@@ -103,6 +103,9 @@ fn init(ruby: &Ruby) -> Result<(), Error> {
         function!(cgroup_quota_for_tests, 2),
     )?;
     module.define_singleton_method("__panic_for_tests", function!(internal_panic_for_tests, 0))?;
+    // How many forks deep this process is (0 in the process that loaded
+    // the gem): RapidThread::Executor's fork check, without getpid(2).
+    module.define_singleton_method("__fork_generation", function!(sys::fork_generation, 0))?;
     let queue = queue::init(ruby, module)?;
     sized_queue::init(module, queue)?;
     ractor_queue::init(ruby, module)?;

@@ -1,0 +1,335 @@
+# frozen_string_literal: true
+
+module RapidThread
+  # Raised by Executor#post under the :abort fallback policy when
+  # concurrent-ruby is not loaded (with it, Concurrent::RejectedExecutionError).
+  class RejectedExecutionError < StandardError; end
+
+  # A thread pool with concurrent-ruby's executor interface, whose workers
+  # run on the thread cache (RapidThread.spawn) and take their tasks from a
+  # RapidThread::Queue. `require "rapid_thread/concurrent"` makes it a
+  # Concurrent::ExecutorService, which Promises, Future and the global
+  # executors accept.
+  #
+  # A worker is started for a post when no idle worker is left for it (the
+  # queue holds as many tasks as workers wait on it) and fewer than
+  # max_threads exist; otherwise the task waits in the queue, up to
+  # max_queue tasks (0: unbounded), beyond which the fallback policy
+  # applies, as it does after shutdown. A worker idle for idletime seconds
+  # ends. An exception in a task (any Exception, as a Thread#raise aimed at
+  # the worker) goes to on_error if given, or is dropped; the worker goes
+  # on. A worker killed mid-task is replaced at once while the executor
+  # runs. After fork the child's executor has no workers and an empty queue.
+  #
+  # Everything that reads or changes the pool's counts holds @lock (`ns_`:
+  # the lock is held); tasks run, and fallbacks apply, without it.
+  class Executor
+    FALLBACK_POLICIES = %i[abort discard caller_runs].freeze
+    # concurrent-ruby's DEFAULT_MAX_POOL_SIZE: a cached pool.
+    DEFAULT_MAX_THREADS = 2_147_483_647
+    DEFAULT_IDLETIME = 60
+
+    attr_reader :max_length, :max_queue, :idletime, :fallback_policy
+
+    def initialize(max_threads: DEFAULT_MAX_THREADS, max_queue: 0, idletime: DEFAULT_IDLETIME,
+                   fallback_policy: :abort, on_error: nil)
+      @max_length = Integer(max_threads)
+      @max_queue = Integer(max_queue)
+      @idletime = idletime
+      raise ArgumentError, "max_threads must be between 1 and #{DEFAULT_MAX_THREADS}" unless
+        @max_length.between?(1, DEFAULT_MAX_THREADS)
+      raise ArgumentError, "max_queue must not be negative" if @max_queue.negative?
+      raise ArgumentError, "idletime must be a positive number of seconds" unless
+        idletime.is_a?(Numeric) && idletime.positive?
+      raise ArgumentError, "#{fallback_policy} is not a valid fallback policy" unless
+        FALLBACK_POLICIES.include?(fallback_policy)
+      raise ArgumentError, "on_error must respond to call" unless on_error.nil? || on_error.respond_to?(:call)
+
+      @fallback_policy = fallback_policy
+      @on_error = on_error
+      @lock = Thread::Mutex.new
+      @terminated = RapidThread::ConditionVariable.new
+      ns_start_fresh(:running)
+    end
+
+    # Runs the block with args on a worker. True when accepted; otherwise
+    # (shut down, or the queue full) the fallback policy's answer: :abort
+    # raises, :discard returns false, :caller_runs runs the block here.
+    def post(*args, &task)
+      raise ArgumentError, "no block given" unless task
+
+      job = args.empty? ? task : [task, args]
+      if @max_queue.zero? && @state == :running && @fork_gen == RapidThread.__fork_generation
+        # The unbounded queue's path, without the lock: push, then look
+        # for a worker. A worker leaves only after it has counted itself
+        # out of @workers and then found the queue empty (#ns_leave?):
+        # whichever of the two comes second sees the other's change.
+        queue = @queue
+        begin
+          queue.push(job)
+        rescue ClosedQueueError
+          return fallback(task, args) # shut down meanwhile
+        end
+        if queue.size > queue.num_waiting + @starting && @workers < @max_length
+          @lock.synchronize { ns_add_worker if ns_worker_wanted? }
+        end
+        return true
+      end
+      accepted = synchronize { @state == :running && ns_enqueue(job) }
+      accepted || fallback(task, args)
+    end
+
+    def <<(task)
+      post(&task)
+      self
+    end
+
+    # Finishes what is queued and running, and accepts nothing new.
+    def shutdown
+      synchronize do
+        next unless @state == :running
+
+        @state = :shuttingdown
+        @queue.close
+        ns_terminated if @workers.zero?
+      end
+      true
+    end
+
+    # Drops what is queued and kills the tasks running (as concurrent-ruby's
+    # thread pools do): shut down at once. A task that kills its own
+    # executor is killed last.
+    def kill
+      doomed = synchronize do
+        next [] if @state == :shutdown
+
+        @queue.clear
+        @queue.close
+        workers = @tasks.values
+        @completed += workers.sum { |me| me[2] }
+        @tasks.clear
+        @workers = 0
+        @starting = 0
+        ns_terminated
+        workers
+      end
+      doomed.sort_by { |_, thread| thread.equal?(Thread.current) ? 1 : 0 }.each { |task, *| task.kill }
+      true
+    end
+
+    # Waits until shut down (all workers ended); false if timeout seconds
+    # passed first (nil: no limit).
+    def wait_for_termination(timeout = nil)
+      deadline = timeout && now + timeout
+      synchronize do
+        until @state == :shutdown
+          left = deadline && deadline - now
+          break false if left && left <= 0
+
+          @terminated.wait(@lock, left)
+        end
+        @state == :shutdown
+      end
+    end
+
+    def running?
+      synchronize { @state == :running }
+    end
+
+    def shuttingdown?
+      synchronize { @state == :shuttingdown }
+    end
+
+    def shutdown?
+      synchronize { @state == :shutdown }
+    end
+
+    # Whether tasks can be refused for a full queue.
+    def can_overflow?
+      @max_queue != 0
+    end
+
+    def serialized?
+      false
+    end
+
+    # Tasks posted that no worker has taken yet.
+    def queue_length
+      synchronize { @queue.size }
+    end
+
+    # Workers, busy and idle.
+    def length
+      synchronize { @workers }
+    end
+
+    def largest_length
+      synchronize { @largest_length }
+    end
+
+    # Tasks that ran to their end, normally or with an exception.
+    def completed_task_count
+      synchronize { @completed + @tasks.each_value.sum { |me| me[2] } }
+    end
+
+    private
+
+    def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+    def synchronize
+      @lock.synchronize do
+        ns_forget_parent if @fork_gen != RapidThread.__fork_generation
+        yield
+      end
+    end
+
+    def ns_start_fresh(state)
+      @state = state
+      @fork_gen = RapidThread.__fork_generation
+      @queue = RapidThread::Queue.new
+      @tasks = {}.compare_by_identity # a worker's Task => its `me` (see #work)
+      @workers = 0
+      # Workers spawned that have not reached the queue yet: each will take
+      # a job (the thread cache may not start them at once).
+      @starting = 0
+      @largest_length = 0
+      @completed = 0
+    end
+
+    # A forked child: the parent's workers do not exist here.
+    def ns_forget_parent
+      ns_start_fresh(@state == :running ? :running : :shutdown)
+    end
+
+    # Queues the job, with a new worker for it when no idle one is left;
+    # false when it can take no more.
+    def ns_enqueue(job)
+      waiting = @queue.num_waiting + @starting
+      queued = @queue.size
+      if queued >= waiting
+        if @workers < @max_length
+          begin
+            ns_add_worker
+          rescue ThreadError
+            # No thread could be made: a worker there takes it in turn.
+            return false if @workers.zero?
+          end
+        elsif @max_queue.positive? && queued - waiting >= @max_queue
+          return false
+        end
+      end
+      @queue.push(job)
+      true
+    end
+
+    # Whether a job queued wants a worker that is not there: more jobs
+    # than workers idle or on their way, and room for one more.
+    def ns_worker_wanted?
+      @state == :running && @queue.size > @queue.num_waiting + @starting && @workers < @max_length
+    end
+
+    # An idle worker's way out, unless a job came: counted out first, then
+    # the queue looked at (see #post).
+    def ns_leave?(me)
+      return true unless @tasks.key?(me[0]) # kill counted it out
+
+      @workers -= 1
+      unless @queue.empty?
+        @workers += 1
+        return false
+      end
+      @tasks.delete(me[0])
+      @completed += me[2]
+      ns_terminated if @workers.zero? && @state == :shuttingdown
+      true
+    end
+
+    def ns_add_worker
+      me = [nil, nil, 0]
+      task = RapidThread.spawn(me) { |m| work(m) }
+      me[0] = task
+      @tasks[task] = me
+      @workers += 1
+      @starting += 1
+      @largest_length = @workers if @workers > @largest_length
+    end
+
+    # A worker's loop. `me`: its Task (set before the loop can look), its
+    # thread, and the tasks it completed (only it writes that count).
+    def work(me)
+      @lock.synchronize do
+        me[1] = Thread.current
+        @starting -= 1 if @tasks.key?(me[0]) # (kill counted it out)
+      end
+      leaving = false
+      until leaving
+        job = @queue.pop(timeout: @idletime)
+        # Timed out, or shut down and drained: leave unless work came.
+        next leaving = @lock.synchronize { ns_leave?(me) } unless job
+
+        begin
+          if job.is_a?(Proc)
+            job.call
+          else
+            job[0].call(*job[1])
+          end
+        rescue Exception => e # rubocop:disable Lint/RescueException
+          report(e)
+        ensure
+          me[2] += 1
+        end
+      end
+    ensure
+      # Deferred interrupts: a second kill must not skip the count.
+      Thread.handle_interrupt(Object => :never) do
+        @lock.synchronize { ns_worker_ended(me[0], replace: !leaving) }
+      end
+    end
+
+    def report(error)
+      @on_error&.call(error)
+    rescue Exception # rubocop:disable Lint/RescueException
+      nil # an on_error that fails must not end the worker either
+    end
+
+    # A worker ended (killed, or by an error outside a task, or having
+    # left: #ns_leave? counted that one out already); one that did not
+    # mean to is replaced while the pool runs.
+    def ns_worker_ended(task, replace:)
+      me = @tasks.delete(task)
+      return unless me # kill already counted it out
+
+      @completed += me[2]
+      @workers -= 1
+      begin
+        ns_add_worker if replace && @state == :running
+      rescue ThreadError
+        nil # the process is ending (or out of threads): the next post adds one
+      end
+      ns_terminated if @workers.zero? && @state == :shuttingdown
+    end
+
+    def ns_terminated
+      @state = :shutdown
+      @terminated.broadcast
+    end
+
+    # Shut down, or the queue full: concurrent-ruby's fallbacks (its
+    # :caller_runs also drops a StandardError the task raised).
+    def fallback(task, args)
+      case @fallback_policy
+      when :abort
+        raise defined?(::Concurrent::RejectedExecutionError) ? ::Concurrent::RejectedExecutionError : RejectedExecutionError
+      when :discard
+        false
+      else # :caller_runs
+        begin
+          task.call(*args)
+        rescue StandardError => e
+          report(e)
+        end
+        true
+      end
+    end
+  end
+end

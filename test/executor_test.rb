@@ -1,0 +1,421 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require_relative "support/concurrent_ruby"
+require "rapid_thread/concurrent"
+
+# RapidThread::Executor: concurrent-ruby's executor interface on the thread
+# cache (lib/rapid_thread/executor.rb), and concurrent-ruby 1.1.6 running
+# on it (lib/rapid_thread/concurrent.rb).
+class ExecutorTest < RapidThreadTest
+  def setup
+    super
+    @executors = []
+  end
+
+  def teardown
+    @executors.each do |ex|
+      ex.kill
+      ex.wait_for_termination(5)
+    end
+    super
+  end
+
+  def executor(**opts)
+    ex = RapidThread::Executor.new(**opts)
+    @executors << ex
+    ex
+  end
+
+  # A latch the test opens: tasks wait on it.
+  def gate = GemQueue.new
+
+  def test_post_runs_the_block_with_its_arguments_on_another_thread
+    ex = executor
+    results = GemQueue.new
+    assert_equal true, ex.post(1, 2) { |a, b| results << [a + b, Thread.current] }
+    assert_same ex, ex << -> { results << :shifted }
+    got = [results.pop, results.pop]
+    sum, thread = got.find { |r| r.is_a?(Array) }
+    assert_equal 3, sum
+    refute_same Thread.current, thread
+    assert_includes got, :shifted
+    assert_equal ArgumentError, error_of { ex.post }[0]
+    assert_equal "no block given", error_of { ex.post }[1]
+  end
+
+  def test_bad_options_raise_argument_error
+    [{ max_threads: 0 }, { max_threads: 2**31 }, { max_queue: -1 }, { idletime: 0 }, { idletime: "1" },
+     { fallback_policy: :explode }, { on_error: 42 }].each do |opts|
+      assert_raises(ArgumentError, opts.inspect) { ill_typed { RapidThread::Executor.new(**opts) } }
+    end
+    assert_equal "explode is not a valid fallback policy",
+                 assert_raises(ArgumentError) { ill_typed { RapidThread::Executor.new(fallback_policy: :explode) } }.message
+    assert_raises(TypeError) { ill_typed { RapidThread::Executor.new(max_threads: nil) } }
+  end
+
+  def test_workers_grow_to_max_threads_then_tasks_queue
+    ex = executor(max_threads: 3)
+    g = gate
+    started = GemQueue.new
+    10.times { |i| ex.post { started << i; g.pop } }
+    3.times { started.pop }
+    wait_until { ex.queue_length == 7 }
+    assert_equal 3, ex.length
+    assert_equal 3, ex.largest_length
+    assert_equal 0, started.size, "a fourth task started"
+    10.times { g << 1 }
+    7.times { started.pop }
+    wait_until { ex.completed_task_count == 10 }
+    assert_equal 0, ex.queue_length
+    assert_equal 3, ex.largest_length
+  end
+
+  def test_an_idle_worker_takes_the_next_task
+    ex = executor
+    done = GemQueue.new
+    20.times do
+      ex.post { done << Thread.current }
+      done.pop
+      wait_until { ex.completed_task_count == ex.largest_length || ex.queue_length.zero? }
+    end
+    assert_equal 1, ex.largest_length
+  end
+
+  def test_workers_idle_for_idletime_end
+    ex = executor(idletime: 0.05)
+    g = gate
+    3.times { ex.post { g.pop } }
+    wait_until { ex.length == 3 }
+    3.times { g << 1 }
+    wait_until { ex.length.zero? }
+    assert_equal 3, ex.largest_length
+    assert ex.running?
+    done = GemQueue.new
+    ex.post { done << :again }
+    assert_equal :again, done.pop
+  end
+
+  def test_shutdown_finishes_what_is_queued_and_accepts_nothing_new
+    ex = executor(max_threads: 2)
+    g = gate
+    ran = GemQueue.new
+    6.times { |i| ex.post { g.pop; ran << i } }
+    wait_until { ex.queue_length == 4 }
+    assert_equal true, ex.shutdown
+    assert ex.shuttingdown?
+    refute ex.running?
+    refute ex.shutdown?
+    assert_raises(Concurrent::RejectedExecutionError) { ex.post { ran << :late } }
+    assert_equal false, ex.wait_for_termination(0.01)
+    6.times { g << 1 }
+    assert_equal true, ex.wait_for_termination(TEST_TIMEOUT / 2)
+    assert ex.shutdown?
+    refute ex.shuttingdown?
+    assert_equal (0..5).to_a, Array.new(6) { ran.pop }.sort
+    assert_equal 0, ex.length
+    assert_equal 6, ex.completed_task_count
+    assert_equal true, ex.shutdown, "a second shutdown"
+    assert_equal true, ex.wait_for_termination
+  end
+
+  def test_shutdown_with_no_workers_is_immediate
+    ex = executor
+    ex.shutdown
+    assert ex.shutdown?
+    assert_equal true, ex.wait_for_termination(0)
+  end
+
+  def test_fallback_policies_after_shutdown_and_on_a_full_queue
+    %i[abort discard caller_runs].each do |policy|
+      ex = executor(max_threads: 1, max_queue: 1, fallback_policy: policy)
+      assert ex.can_overflow?
+      refute ex.serialized?
+      g = gate
+      ex.post { g.pop }
+      wait_until { ex.length == 1 && ex.queue_length.zero? }
+      ex.post { g.pop } # queued
+      ran_on = nil
+      over = -> { ex.post { ran_on = Thread.current } }
+      case policy
+      when :abort then assert_raises(Concurrent::RejectedExecutionError) { over.call }
+      when :discard then assert_equal false, over.call
+      when :caller_runs
+        assert_equal true, over.call
+        assert_same Thread.current, ran_on
+        # Its StandardError stays in the caller's post, as concurrent-ruby's.
+        assert_equal true, ex.post { raise "dropped" }
+      end
+      2.times { g << 1 }
+      ex.shutdown
+      assert ex.wait_for_termination(TEST_TIMEOUT / 2)
+      ran_on = nil
+      case policy
+      when :abort then assert_raises(Concurrent::RejectedExecutionError) { over.call }
+      when :discard then assert_equal false, over.call
+      when :caller_runs then assert_equal [true, Thread.current], [over.call, ran_on]
+      end
+    end
+    refute RapidThread::Executor.new.can_overflow?
+  end
+
+  def test_kill_drops_the_queue_and_ends_running_tasks
+    ex = executor(max_threads: 2)
+    g = gate
+    ensured = GemQueue.new
+    started = GemQueue.new
+    ran_queued = false
+    2.times do
+      ex.post do
+        started << 1
+        g.pop
+      ensure
+        ensured << :ensure
+      end
+    end
+    5.times { ex.post { ran_queued = true } }
+    2.times { started.pop }
+    assert_equal true, ex.kill
+    assert ex.shutdown?
+    assert_equal true, ex.wait_for_termination(0)
+    assert_equal %i[ensure ensure], [ensured.pop, ensured.pop]
+    assert_equal 0, ex.queue_length
+    assert_equal 0, ex.length
+    refute ran_queued
+    assert_raises(Concurrent::RejectedExecutionError) { ex.post { 1 } }
+    assert_equal true, ex.kill
+  end
+
+  def test_a_task_that_kills_its_executor
+    ex = executor(max_threads: 2)
+    g = gate
+    other = GemQueue.new
+    ex.post do
+      g.pop
+    ensure
+      other << :killed
+    end
+    wait_until { ex.length == 1 }
+    after = GemQueue.new
+    ex.post do
+      ex.kill
+      after << :not_killed
+    ensure
+      after << :ensure
+    end
+    assert_equal :killed, other.pop
+    assert_equal :ensure, after.pop
+    assert_equal 0, after.size, "the killing task ran on after its own kill"
+    assert ex.shutdown?
+  end
+
+  def test_wait_for_termination_waits_for_running_tasks
+    ex = executor
+    g = gate
+    ex.post { g.pop }
+    wait_until { ex.length == 1 }
+    ex.shutdown
+    waiter = spawn_thread { ex.wait_for_termination }
+    wait_until { waiter.status == "sleep" }
+    assert_equal false, ex.wait_for_termination(0.01)
+    g << 1
+    assert_equal true, waiter.value
+  end
+
+  # Posts racing a shutdown: each is either accepted and runs, or refused;
+  # none is lost or run twice.
+  def test_posts_racing_shutdown_lose_nothing
+    ran = GemQueue.new
+    3.times do
+      ex = executor(max_threads: 4)
+      accepted = GemQueue.new
+      posters = Array.new(4) do |p|
+        spawn_thread do
+          scaled(500).times do |i|
+            ex.post { ran << [p, i] }
+            accepted << [p, i]
+          rescue Concurrent::RejectedExecutionError
+            break
+          end
+        end
+      end
+      wait_until { accepted.size >= scaled(100) }
+      ex.shutdown
+      posters.each(&:join)
+      assert ex.wait_for_termination(TEST_TIMEOUT / 2)
+      assert_equal Array.new(accepted.size) { accepted.pop }.sort, Array.new(ran.size) { ran.pop }.sort
+      assert_equal 0, ex.length
+    end
+  end
+
+  def test_a_task_exception_goes_to_on_error_and_the_worker_goes_on
+    errors = GemQueue.new
+    ex = executor(max_threads: 1, on_error: ->(e) { errors << e })
+    done = GemQueue.new
+    ex.post { raise ArgumentError, "bad" }
+    ex.post { raise Exception, "any exception" } # rubocop:disable Lint/RaiseException
+    ex.post { exit 3 }
+    ex.post { done << Thread.current }
+    assert_equal [ArgumentError, "bad"], errors.pop.then { |e| [e.class, e.message] }
+    assert_equal [Exception, "any exception"], errors.pop.then { |e| [e.class, e.message] }
+    assert_kind_of SystemExit, errors.pop
+    done.pop
+    assert_equal 1, ex.largest_length
+    wait_until { ex.completed_task_count == 4 }
+
+    # With no on_error (or one that raises) the error is dropped.
+    [executor(max_threads: 1), executor(max_threads: 1, on_error: ->(_) { raise "on_error failed" })].each do |quiet|
+      quiet.post do
+        done << Thread.current
+        raise "dropped"
+      end
+      quiet.post { done << Thread.current }
+      assert_same done.pop, done.pop, "the same worker ran the next task"
+    end
+  end
+
+  def test_thread_raise_and_kill_of_a_worker_mid_task_keep_the_pool_size
+    errors = GemQueue.new
+    ex = executor(max_threads: 2, on_error: ->(e) { errors << e.message })
+    workers = GemQueue.new
+    g = gate
+    2.times { ex.post { workers << Thread.current; g.pop } }
+    victim, other = workers.pop, workers.pop
+    wait_until { victim.status == "sleep" && other.status == "sleep" }
+    victim.raise(RuntimeError, "raised at the worker")
+    assert_equal "raised at the worker", errors.pop
+    assert_equal 2, ex.length
+    other.kill
+    wait_until { !other.alive? }
+    assert_equal 2, ex.length, "the killed worker was replaced"
+    # Both workers take tasks again: two blocks meet.
+    meet = GemQueue.new
+    back = GemQueue.new
+    2.times { ex.post { meet << 1; back << meet.pop } }
+    2.times { back.pop }
+    g << 1
+  end
+
+  def test_fork_child_starts_with_no_workers_and_an_empty_queue
+    skip "no fork" unless Process.respond_to?(:fork)
+    ex = executor(max_threads: 1)
+    g = gate
+    ex.post { g.pop }
+    3.times { ex.post { 1 } }
+    wait_until { ex.queue_length == 3 }
+    rd, wr = IO.pipe
+    pid = fork do
+      rd.close
+      before = [ex.length, ex.queue_length, ex.running?]
+      done = GemQueue.new
+      ex.post { done << :child }
+      wr.write Marshal.dump(before + [done.pop, ex.largest_length])
+      wr.close
+      exit!(0)
+    end
+    wr.close
+    result = Marshal.load(rd.read)
+    Process.wait(pid)
+    assert_equal [0, 0, true, :child, 1], result
+    assert_equal 3, ex.queue_length, "the parent's queue is untouched"
+    g << 1
+    wait_until { ex.completed_task_count == 4 }
+  end
+
+  def test_arguments_and_tasks_queued_survive_gc_and_compaction
+    ex = executor(max_threads: 1)
+    g = gate
+    ex.post { g.pop }
+    out = GemQueue.new
+    50.times { |i| ex.post("arg-#{i}" * 2) { |s| out << s + "-done" } }
+    GC.start(full_mark: true, immediate_sweep: true)
+    GC.verify_compaction_references(**COMPACT_EVERYTHING) if GC.respond_to?(:verify_compaction_references)
+    g << 1
+    assert_equal Array.new(50) { |i| "arg-#{i}" * 2 + "-done" }, Array.new(50) { out.pop }
+  end
+
+  def test_a_process_with_idle_workers_exits_without_waiting
+    t0 = now
+    out = child_output(<<~'RUBY', timeout: 20, quiet: true)
+      RapidThread.idle_timeout = 30
+      ex = RapidThread::Executor.new(idletime: 60)
+      q = RapidThread::Queue.new
+      3.times { |i| ex.post { q << i; sleep if i.zero? } }
+      3.times { q.pop }
+      print "ok"
+    RUBY
+    assert_equal "ok", out
+    assert_operator now - t0, :<, 15
+  end
+
+  def test_without_concurrent_ruby_abort_raises_the_gems_error
+    out = child_output(<<~'RUBY', quiet: true)
+      ex = RapidThread::Executor.new
+      ex.shutdown
+      begin
+        ex.post { 1 }
+      rescue => e
+        print e.class, " ", defined?(Concurrent).inspect, " ", ex.is_a?(Object)
+      end
+    RUBY
+    assert_equal "RapidThread::RejectedExecutionError nil true", out
+  end
+end
+
+# concurrent-ruby 1.1.6's own classes on the Executor, against the same
+# programs on its own executors: the same results and the same errors.
+class ExecutorConcurrentRubyTest < RapidThreadTest
+  P = Concurrent::Promises
+
+  def with_executors
+    ours = RapidThread::Executor.new(max_threads: 4)
+    theirs = Concurrent::FixedThreadPool.new(4)
+    [ours, theirs].map { |ex| yield ex }
+  ensure
+    [ours, theirs].compact.each do |ex|
+      ex.kill
+      ex.wait_for_termination(5)
+    end
+  end
+
+  def outcome
+    [:ok, yield]
+  rescue StandardError => e
+    [e.class, e.message]
+  end
+
+  def test_it_is_an_executor_service_that_options_accept
+    ex = RapidThread::Executor.new
+    assert_kind_of Concurrent::ExecutorService, ex
+    assert_same ex, Concurrent::Options.executor(ex)
+    ex.shutdown
+  end
+
+  def test_promises_futures_and_promises_give_the_same_results_and_errors
+    programs = {
+      future: ->(ex) { P.future_on(ex, 20) { |x| x + 1 }.value! },
+      then_chain: ->(ex) { (1..10).reduce(P.future_on(ex) { 0 }) { |f, i| f.then { |v| v + i } }.value! },
+      zip: ->(ex) { P.zip(*Array.new(50) { |i| P.future_on(ex, i) { |x| x * 2 } }).value!.sum },
+      any: ->(ex) { P.any_fulfilled_future(*Array.new(5) { |i| P.future_on(ex) { i } }).value!.between?(0, 4) },
+      error: ->(ex) { P.future_on(ex) { raise ArgumentError, "bad" }.value! },
+      rescue: ->(ex) { P.future_on(ex) { raise "x" }.rescue { |e| e.message * 2 }.value! },
+      future_class: ->(ex) { Concurrent::Future.execute(executor: ex) { 6 * 7 }.value(5) },
+      future_error: ->(ex) { Concurrent::Future.execute(executor: ex) { raise IOError, "io" }.tap { |f| f.wait(5) }.reason.message },
+      promise: ->(ex) { Concurrent::Promise.execute(executor: ex) { 2 }.then { |v| v * 3 }.value(5) },
+      scheduled: ->(ex) { Concurrent::ScheduledTask.execute(0.01, executor: ex) { :later }.value(5) }
+    }
+    programs.each do |name, program|
+      ours, theirs = with_executors { |ex| outcome { program.call(ex) } }
+      assert_equal theirs, ours, name.to_s
+      refute_nil ours[1], name.to_s
+    end
+  end
+
+  # Concurrent.global_io_executor / global_fast_executor replaced, in a
+  # child (the change is process-wide): Promises.future, Future, TimerTask
+  # and the :fast executor then run on the gem's executors.
+  def test_replace_global_executors
+    out = child_output("require #{File.expand_path('support/executor_globals', __dir__).dump}", quiet: true)
+    assert_equal "io fast future timer_task rerun same\n", out
+  end
+end
