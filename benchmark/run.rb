@@ -106,7 +106,7 @@ BEYOND_STOCK = { "batch_drain" => ["gem vs plain", 5.0, ">="], "select_handoff" 
 PEER = %w[spawn_storm vm_thread_create_join].freeze
 
 SCRIPTS = opts[:suite] ? File.join(DIR, opts[:suite]) : DIR
-all = Dir[File.join(SCRIPTS, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl lib_impl call_impl probe run apps]
+all = Dir[File.join(SCRIPTS, "*.rb")].map { |f| File.basename(f, ".rb") } - %w[impl lib_impl call_impl executor_impl probe run apps]
 names = ARGV.empty? ? all.sort_by { |n| [n.start_with?("vm_thread_") ? 0 : 1, n] } : ARGV
 names.each { |n| abort "no benchmark #{n} (have: #{all.sort.join(', ')})" unless all.include?(n) }
 
@@ -117,7 +117,9 @@ def sides_for(name, opts)
   s["concurrent"] = "concurrent" if opts[:peer] && PEER.include?(name)
   s["before"] = "gem" if opts[:baseline]
   s["plain"] = "gem-plain" if BEYOND_STOCK.key?(name) && !opts[:control]
-  s["floor"] = "floor" if !opts[:control] && File.read(File.join(SCRIPTS, "#{name}.rb")).include?("LibBench.floor?")
+  s["floor"] = "floor" if !opts[:control] && File.read(File.join(SCRIPTS, "#{name}.rb")).match?(/\b(LibBench|ExecBench)\.floor\?/)
+  # bench:executor: the Executor in drop-in mode too (benchmark/executor/executor_impl.rb).
+  s["dropin"] = "gem-replace" if opts[:suite] == "executor" && !opts[:control]
   s
 end
 
@@ -209,6 +211,7 @@ else
                 vs_before: s["before"] && ratio.(s["before"][:wall], s["gem"][:wall]),
                 vs_plain: s["plain"] && ratio.(s["plain"][:wall], s["gem"][:wall]),
                 vs_floor: s["floor"] && ratio.(s["gem"][:wall], s["floor"][:wall]),
+                vs_dropin: s["dropin"] && ratio.(s["stock"][:wall], s["dropin"][:wall]),
                 raw: runs }
     end
   end
@@ -321,6 +324,16 @@ unless floors.empty?
   floors.each do |r|
     s = r[:sides].transform_keys(&:to_s)
     puts "| #{r[:name]} | #{r[:mode]} | #{sec.(s['floor'][:wall])} | #{sec.(s['gem'][:wall])} | #{x.(r[:vs_floor])} |"
+  end
+end
+dropin = rows.select { |r| r[:vs_dropin] }
+unless dropin.empty?
+  puts "\nThe Executor in drop-in mode too (rapid_thread/replace loaded before concurrent-ruby, so that its " \
+       "futures, latches and locks wait on the gem's ConditionVariable), against stock (wall medians):\n\n"
+  puts "| name | mode | stock s | Executor + drop-in s | speedup |", "|---|---|---|---|---|"
+  dropin.each do |r|
+    s = r[:sides].transform_keys(&:to_s)
+    puts "| #{r[:name]} | #{r[:mode]} | #{sec.(s['stock'][:wall])} | #{sec.(s['dropin'][:wall])} | #{x.(r[:vs_dropin])} |"
   end
 end
 failed = rows.reject { |r| r[:failures].nil? || r[:failures].empty? }

@@ -63,11 +63,18 @@ namespace :bench do
          "--json", "benchmark/results/libs-#{RUBY_VERSION[/\A\d+\.\d+/]}.json", *names
   end
 
+  desc "RapidThread::Executor against concurrent-ruby's own executors on the same concurrent-ruby programs " \
+       "(futures, zip, then chains, posts on a latch, :caller_runs), alone and in drop-in mode, with A/A and floors"
+  task executor: :compile do
+    ruby "benchmark/run.rb", "--suite", "executor", "--idle", "none", "--rounds", ENV.fetch("ROUNDS", "5"),
+         "--json", "benchmark/results/executor-#{RUBY_VERSION[/\A\d+\.\d+/]}.json", *ENV.fetch("NAMES", "").split(",")
+  end
+
   desc "Every benchmark once per implementation with tiny N: checks they run, not their speed"
   task smoke: :compile do
     ruby "benchmark/run.rb", "--rounds", "1", "--scale", "0.001", "--modes", "unpinned", "--peer",
          "--idle", "0,10", "--json", "tmp/bench-smoke.json"
-    %w[calls libs].each do |suite|
+    %w[calls libs executor].each do |suite|
       ruby "benchmark/run.rb", "--suite", suite, "--rounds", "1", "--scale", "0.001", "--modes", "unpinned",
            "--idle", "none", "--json", "tmp/bench-smoke-#{suite}.json"
     end
