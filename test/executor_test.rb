@@ -74,10 +74,12 @@ class ExecutorTest < RapidThreadTest
   def test_an_idle_worker_takes_the_next_task
     ex = executor
     done = GemQueue.new
+    queue = ex.instance_variable_get(:@queue)
     20.times do
       ex.post { done << Thread.current }
       done.pop
-      wait_until { ex.completed_task_count == ex.largest_length || ex.queue_length.zero? }
+      # Back in its pop: idle, and the next post finds it.
+      wait_until { queue.num_waiting == 1 }
     end
     assert_equal 1, ex.largest_length
   end
@@ -264,13 +266,16 @@ class ExecutorTest < RapidThreadTest
     wait_until { ex.completed_task_count == 4 }
 
     # With no on_error (or one that raises) the error is dropped.
+    # A fiber-local set by a task stays for the next task of the same
+    # worker (one block of the thread cache); a new worker has none.
     [executor(max_threads: 1), executor(max_threads: 1, on_error: ->(_) { raise "on_error failed" })].each do |quiet|
+      mark = Object.new
       quiet.post do
-        done << Thread.current
+        Thread.current[:executor_test_mark] = mark
         raise "dropped"
       end
-      quiet.post { done << Thread.current }
-      assert_same done.pop, done.pop, "the same worker ran the next task"
+      quiet.post { done << Thread.current[:executor_test_mark] }
+      assert_same mark, done.pop, "the same worker ran the next task"
     end
   end
 
@@ -288,12 +293,100 @@ class ExecutorTest < RapidThreadTest
     other.kill
     wait_until { !other.alive? }
     assert_equal 2, ex.length, "the killed worker was replaced"
-    # Both workers take tasks again: two blocks meet.
-    meet = GemQueue.new
-    back = GemQueue.new
-    2.times { ex.post { meet << 1; back << meet.pop } }
-    2.times { back.pop }
-    g << 1
+    g << 1 # the victim's task ends
+    # Two workers again: two tasks run at once.
+    running = GemQueue.new
+    release = gate
+    2.times do
+      ex.post do
+        running << 1
+        release.pop
+      end
+    end
+    wait_until { running.size == 2 }
+    2.times { release << 1 }
+  end
+
+  def test_a_worker_killed_while_shutting_down_is_replaced_to_drain_the_queue
+    ex = executor(max_threads: 1)
+    workers = GemQueue.new
+    ran = GemQueue.new
+    ex.post do
+      workers << Thread.current
+      sleep
+    end
+    2.times { |i| ex.post { ran << i } }
+    worker = workers.pop
+    wait_until { worker.status == "sleep" }
+    ex.shutdown
+    worker.kill
+    assert ex.wait_for_termination(TEST_TIMEOUT / 2)
+    assert_equal [0, 1], [ran.pop, ran.pop]
+    assert_equal 0, ex.queue_length
+  end
+
+  # The lock-free post against an idle worker leaving and a shutdown, in
+  # the one order that needs the shutdown to drain: the post passes its
+  # check while a worker exists, the worker idles out, a shutdown takes
+  # the lock, the post pushes, and only then the shutdown finds no
+  # worker. Each step is held in RapidThread.__fork_generation, which the
+  # post's check and the shutdown's lock call first (a hook on it, for
+  # the threads that set :executor_test_hold).
+  def test_a_job_pushed_after_the_last_worker_left_is_drained_by_shutdown
+    ex = executor(idletime: 0.05)
+    ran = GemQueue.new
+    ex.post { ran << :first }
+    ran.pop
+    hook = Module.new do
+      define_method(:__fork_generation) do
+        held, release = Thread.current[:executor_test_hold]
+        if held
+          Thread.current[:executor_test_hold] = nil
+          held << 1
+          release.pop
+        end
+        super()
+      end
+    end
+    RapidThread.singleton_class.prepend(hook)
+    begin
+      at_check = [gate, gate]
+      poster = spawn_thread do
+        Thread.current[:executor_test_hold] = at_check
+        ex.post { ran << :pushed }
+      end
+      at_check[0].pop # the post passed @workers.positive? and waits here
+      wait_until { ex.length.zero? } # the worker idled out
+      at_lock = [gate, gate]
+      shutter = spawn_thread do
+        Thread.current[:executor_test_hold] = at_lock
+        ex.shutdown
+      end
+      at_lock[0].pop # the shutdown holds the lock
+      at_check[1] << 1 # the post pushes, then waits for the lock
+      wait_until { poster.status == "sleep" && ex.instance_variable_get(:@queue).size == 1 }
+      at_lock[1] << 1
+      assert_equal true, poster.value
+      shutter.join
+    ensure
+      hook.send(:remove_method, :__fork_generation)
+    end
+    assert ex.wait_for_termination(TEST_TIMEOUT / 2)
+    assert_equal :pushed, ran.pop
+    assert_equal 0, ex.queue_length
+  end
+
+  def test_a_child_forked_by_a_task_does_not_keep_the_worker_loop
+    skip "no fork" unless Process.respond_to?(:fork)
+    ex = executor(idletime: 30)
+    pids = GemQueue.new
+    ex.post do
+      pid = fork # the child returns into the worker loop, its only thread
+      pids << pid if pid
+    end
+    pid = pids.pop
+    _, status = Timeout.timeout(15) { Process.wait2(pid) }
+    assert status.success?, status.inspect
   end
 
   def test_fork_child_starts_with_no_workers_and_an_empty_queue

@@ -59,11 +59,14 @@ module RapidThread
       raise ArgumentError, "no block given" unless task
 
       job = args.empty? ? task : [task, args]
-      if @max_queue.zero? && @state == :running && @fork_gen == RapidThread.__fork_generation
-        # The unbounded queue's path, without the lock: push, then look
-        # for a worker. A worker leaves only after it has counted itself
-        # out of @workers and then found the queue empty (#ns_leave?):
-        # whichever of the two comes second sees the other's change.
+      if @max_queue.zero? && @workers.positive? && @state == :running && @fork_gen == RapidThread.__fork_generation
+        # The unbounded queue's path, without the lock, while workers
+        # exist: push, then look for a worker. A worker leaves only after
+        # it has counted itself out of @workers and then found the queue
+        # empty (#ns_leave?), and a shutdown drains what was pushed
+        # (#ns_drain): whichever comes second sees the other's change.
+        # (A worker that cannot be made here, out of threads or at exit,
+        # leaves the job to the next one made.)
         queue = @queue
         begin
           queue.push(job)
@@ -71,7 +74,11 @@ module RapidThread
           return fallback(task, args) # shut down meanwhile
         end
         if queue.size > queue.num_waiting + @starting && @workers < @max_length
-          @lock.synchronize { ns_add_worker if ns_worker_wanted? }
+          begin
+            @lock.synchronize { ns_add_worker if ns_worker_wanted? }
+          rescue ThreadError
+            nil
+          end
         end
         return true
       end
@@ -91,7 +98,7 @@ module RapidThread
 
         @state = :shuttingdown
         @queue.close
-        ns_terminated if @workers.zero?
+        ns_drain
       end
       true
     end
@@ -167,7 +174,8 @@ module RapidThread
       synchronize { @largest_length }
     end
 
-    # Tasks that ran to their end, normally or with an exception.
+    # Tasks that ran to their end, normally or with an exception (not
+    # killed ones).
     def completed_task_count
       synchronize { @completed + @tasks.each_value.sum { |me| me[2] } }
     end
@@ -225,7 +233,19 @@ module RapidThread
     # Whether a job queued wants a worker that is not there: more jobs
     # than workers idle or on their way, and room for one more.
     def ns_worker_wanted?
-      @state == :running && @queue.size > @queue.num_waiting + @starting && @workers < @max_length
+      @state != :shutdown && @queue.size > @queue.num_waiting + @starting && @workers < @max_length
+    end
+
+    # Shutting down with no worker left: done once nothing is queued;
+    # otherwise a worker drains it (a post pushed it, or a worker was
+    # killed with jobs queued behind it).
+    def ns_drain
+      return unless @state == :shuttingdown && @workers.zero?
+      return ns_terminated if @queue.empty?
+
+      ns_add_worker
+    rescue ThreadError
+      ns_terminated # the process is ending: nothing can run them
     end
 
     # An idle worker's way out, unless a job came: counted out first, then
@@ -240,7 +260,7 @@ module RapidThread
       end
       @tasks.delete(me[0])
       @completed += me[2]
-      ns_terminated if @workers.zero? && @state == :shuttingdown
+      ns_drain
       true
     end
 
@@ -257,32 +277,37 @@ module RapidThread
     # A worker's loop. `me`: its Task (set before the loop can look), its
     # thread, and the tasks it completed (only it writes that count).
     def work(me)
+      gen = RapidThread.__fork_generation
       @lock.synchronize do
         me[1] = Thread.current
         @starting -= 1 if @tasks.key?(me[0]) # (kill counted it out)
       end
       leaving = false
       until leaving
-        job = @queue.pop(timeout: @idletime)
-        # Timed out, or shut down and drained: leave unless work came.
-        next leaving = @lock.synchronize { ns_leave?(me) } unless job
-
+        job = nil
+        counted = false
         begin
-          if job.is_a?(Proc)
-            job.call
+          job = @queue.pop(timeout: @idletime)
+          if job.nil?
+            # Timed out, or shut down and drained: leave unless work came.
+            leaving = Thread.handle_interrupt(Object => :never) { @lock.synchronize { ns_leave?(me) } }
           else
-            job[0].call(*job[1])
+            job.is_a?(Proc) ? job.call : job[0].call(*job[1])
+            me[2] += 1
+            counted = true
           end
         rescue Exception => e # rubocop:disable Lint/RescueException
+          # The task's, or a Thread#raise aimed at the worker.
+          me[2] += 1 if job && !counted
           report(e)
-        ensure
-          me[2] += 1
         end
+        # A task forked and this is the child: the loop is the parent's.
+        leaving ||= RapidThread.__fork_generation != gen
       end
     ensure
       # Deferred interrupts: a second kill must not skip the count.
       Thread.handle_interrupt(Object => :never) do
-        @lock.synchronize { ns_worker_ended(me[0], replace: !leaving) }
+        synchronize { ns_worker_ended(me[0], replace: !leaving) }
       end
     end
 
@@ -306,7 +331,7 @@ module RapidThread
       rescue ThreadError
         nil # the process is ending (or out of threads): the next post adds one
       end
-      ns_terminated if @workers.zero? && @state == :shuttingdown
+      ns_drain
     end
 
     def ns_terminated

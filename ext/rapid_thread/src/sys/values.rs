@@ -385,28 +385,36 @@ pub fn arg(argc: std::os::raw::c_int, argv: *const Value, i: usize) -> Option<Va
 }
 
 /// The value of `key` when `hash` is a keyword Hash holding that key
-/// alone (`pop(timeout: t)`, the usual call): a look-up, where magnus's
-/// keyword parsing builds its argument spec and allocates on every call.
-/// None otherwise, and the caller parses in full (for the errors).
+/// alone (`pop(timeout: t)`, the usual call): read directly, where
+/// magnus's keyword parsing builds its argument spec and allocates on
+/// every call. None otherwise, and the caller parses in full (for the
+/// errors).
 pub fn only_keyword(hash: VALUE, key: &super::Name) -> Option<VALUE> {
     if special_const(hash) {
         return None;
     }
-    let undef = rb_sys::special_consts::Qundef as VALUE;
+    unsafe extern "C" fn first_entry(k: VALUE, v: VALUE, out: VALUE) -> std::os::raw::c_int {
+        // SAFETY: `out` is the address of the caller's `[VALUE; 2]`, alive
+        // for the whole iteration.
+        unsafe { *(out as *mut [VALUE; 2]) = [k, v] };
+        rb_sys::st_retval::ST_STOP as _
+    }
+    let mut entry = [QNIL; 2];
     // SAFETY: `hash` is a heap object Ruby passed us (not a special
     // constant), so its header can be read; the Hash calls run only once
-    // it is a Hash, GVL held. None raises: the size is a field read, and
-    // a Symbol key is hashed and compared without calling Ruby code.
-    // `key` is one of the keyword names callers pass (interned at load
-    // time, when the method was defined with it), so interning allocates
-    // nothing.
+    // it is a Hash with one entry, GVL held. None runs Ruby code or
+    // raises: the size is a field read, and iterating a Hash nobody
+    // changes meanwhile only calls `first_entry`, which stores the entry
+    // (a lookup could call `eql?` on a key whose hash hint collides). The
+    // key is compared by identity with the Symbol, interned already
+    // (callers pass keyword names their methods were defined with).
     unsafe {
         if rb_sys::RB_BUILTIN_TYPE(hash) != ruby_value_type::RUBY_T_HASH
             || rb_sys::rb_hash_size_num(hash) != 1
         {
             return None;
         }
-        let v = rb_sys::rb_hash_lookup2(hash, rb_sys::rb_id2sym(key.id()), undef);
-        (v != undef).then_some(v)
+        rb_sys::rb_hash_foreach(hash, Some(first_entry), entry.as_mut_ptr() as VALUE);
+        (entry[0] == rb_sys::rb_id2sym(key.id())).then_some(entry[1])
     }
 }
