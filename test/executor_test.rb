@@ -333,42 +333,53 @@ class ExecutorTest < RapidThreadTest
   # post's check and the shutdown's lock call first (a hook on it, for
   # the threads that set :executor_test_hold).
   def test_a_job_pushed_after_the_last_worker_left_is_drained_by_shutdown
-    ex = executor(idletime: 0.05)
+    # Long enough for the post below to reach its check before the worker
+    # idles out (GC.stress makes every step slow).
+    ex = executor(idletime: GC_STRESS ? 10 : 0.5)
     ran = GemQueue.new
     ex.post { ran << :first }
     ran.pop
+    lock = ex.instance_variable_get(:@lock)
     hook = Module.new do
       define_method(:__fork_generation) do
-        held, release = Thread.current[:executor_test_hold]
+        held, release, locked = Thread.current[:executor_test_hold]
         if held
           Thread.current[:executor_test_hold] = nil
-          held << 1
-          release.pop
+          # Held only where the step is (the post's check runs unlocked,
+          # the shutdown's inside the lock); elsewhere it would deadlock.
+          if lock.owned? == locked
+            held << :held
+            release.pop
+          else
+            held << :missed
+          end
         end
         super()
       end
     end
     RapidThread.singleton_class.prepend(hook)
     begin
-      at_check = [gate, gate]
+      at_check = [gate, gate, false]
       poster = spawn_thread do
         Thread.current[:executor_test_hold] = at_check
         ex.post { ran << :pushed }
       end
-      at_check[0].pop # the post passed @workers.positive? and waits here
+      assert_equal :held, at_check[0].pop, "the post passed @workers.positive? and waits in its check"
       wait_until { ex.length.zero? } # the worker idled out
-      at_lock = [gate, gate]
+      at_lock = [gate, gate, true]
       shutter = spawn_thread do
         Thread.current[:executor_test_hold] = at_lock
         ex.shutdown
       end
-      at_lock[0].pop # the shutdown holds the lock
+      assert_equal :held, at_lock[0].pop, "the shutdown holds the lock"
       at_check[1] << 1 # the post pushes, then waits for the lock
       wait_until { poster.status == "sleep" && ex.instance_variable_get(:@queue).size == 1 }
       at_lock[1] << 1
       assert_equal true, poster.value
       shutter.join
     ensure
+      # On a failure, nothing stays held (the teardown kills the executor).
+      [at_check, at_lock].compact.each { |(_, release)| release << 1 }
       hook.send(:remove_method, :__fork_generation)
     end
     assert ex.wait_for_termination(TEST_TIMEOUT / 2)
