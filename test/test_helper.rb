@@ -76,6 +76,13 @@ end
 # renamed double_heap to expand_heap (3.3 warns about the old name).
 COMPACT_EVERYTHING = (RUBY_VERSION >= "3.2" ? { expand_heap: true } : { double_heap: true }).merge(toward: :empty).freeze
 
+# Ruby before 3.3 can segfault in any compaction while another thread
+# sleeps in a C method (docs/design-details.md, "GC.compact crash (Ruby
+# 3.1.2)"), and in the suite's process one always does: the test's own
+# Timeout thread (CI, 2026-12-02). There the compaction checks
+# (`compaction_check`) run in a fresh child process.
+IN_PROCESS_COMPACTION = RUBY_VERSION >= "3.3"
+
 module RapidThreadTestHelpers
   # A call made ill-typed on purpose (to compare the gem's exception with
   # stock's): under RAPID_THREAD_RBS it runs without the type checks.
@@ -173,6 +180,22 @@ module RapidThreadTestHelpers
     assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
     assert_equal "", err, "the child's stderr" if quiet
     out
+  end
+
+  # The value of test/support/compaction/<name>.rb, a program that compacts
+  # the heap (with COMPACT_EVERYTHING), as `inspect` prints it. It runs in
+  # this process on Ruby 3.3+, after whatever the suite left in the heap
+  # (under GC.stress in that mode); before 3.3 in a fresh child process
+  # (IN_PROCESS_COMPACTION).
+  def compaction_check(name, timeout: 120)
+    skip "GC compaction is not supported here" unless GC.respond_to?(:verify_compaction_references)
+    path = File.expand_path("support/compaction/#{name}.rb", __dir__)
+    return eval(File.read(path), Object.new.instance_eval { binding }, path).inspect if IN_PROCESS_COMPACTION # rubocop:disable Security/Eval
+
+    child_output(<<~RUBY, timeout: timeout).chomp
+      COMPACT_EVERYTHING = #{COMPACT_EVERYTHING.inspect}
+      p eval(File.read(#{path.dump}), binding, #{path.dump})
+    RUBY
   end
 end
 

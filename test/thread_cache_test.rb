@@ -1273,61 +1273,10 @@ class ThreadCacheTest < RapidThreadTest
   end
 
   def test_pending_blocks_arguments_and_results_survive_gc
-    gate = Thread::Queue.new
-    hold = task { gate.pop }
-    wait_until { hold.status == "sleep" }
-    tasks = Array.new(200) { |i| RapidThread.spawn("arg-#{i}" * 2) { |s| s + "-done" } }
-    GC.start(full_mark: true, immediate_sweep: true)
-    if GC.respond_to?(:verify_compaction_references)
-      GC.verify_compaction_references(**COMPACT_EVERYTHING)
-    end
-    gate << 1
-    assert_equal Array.new(200) { |i| "arg-#{i}" * 2 + "-done" }, tasks.map(&:value)
-    GC.start
-    assert_equal "arg-0arg-0-done", tasks.first.value
+    assert_equal "[]", compaction_check("pending_blocks")
   end
 
-  # Blocks spawned from groups the spawner leaves at once: each waits on
-  # a thread of its own, listed with its task in the cache (marked by it,
-  # moved by compaction) until its body runs; the thread alone keeps its
-  # group. Its value: whether every block saw its group.
-  PENDING_GROUPS_PROGRAM = <<~'RUBY'
-    gate = Thread::Queue.new
-    hold = RapidThread.spawn { gate.pop }
-    Thread.pass until hold.status == "sleep"
-    # (A block that closed over its group would keep it alive itself.)
-    label = -> { Thread.current.group.instance_variable_get(:@label) }
-    from_a_new_group = lambda do |name|
-      g = ThreadGroup.new
-      g.instance_variable_set(:@label, name)
-      g.add(Thread.current)
-      RapidThread.spawn(&label)
-    ensure
-      ThreadGroup::Default.add(Thread.current)
-    end
-    # All spawned, and the GC run, without giving up the GVL: the blocks
-    # are still pending then.
-    tasks = Thread.new do
-      ts = Array.new(n) { |i| from_a_new_group.call("group-#{i}") }
-      GC.start(full_mark: true, immediate_sweep: true)
-      if compact && GC.respond_to?(:verify_compaction_references)
-        GC.verify_compaction_references(**(RUBY_VERSION >= "3.2" ? { expand_heap: true } : { double_heap: true }), toward: :empty)
-      end
-      ts
-    end.value
-    gate << 1
-    tasks.map(&:value) == Array.new(n) { |i| "group-#{i}" }
-  RUBY
-
-  # Ruby 3.1.2's GC.compact can crash on a heap where threads sleep inside
-  # C methods (gc_test.rb, test_compaction_between_operations): there the
-  # compaction runs in a fresh child process, and this process only marks.
   def test_pending_blocks_groups_survive_gc_and_compaction
-    n = GC_STRESS ? 10 : 50
-    compact = RUBY_VERSION >= "3.3"
-    assert eval(PENDING_GROUPS_PROGRAM, binding, __FILE__, __LINE__), "a block saw another group" # rubocop:disable Security/Eval
-    return if compact
-
-    assert_equal "true\n", child_output("n = 50; compact = true\np(begin\n#{PENDING_GROUPS_PROGRAM}end)\n")
+    assert_equal "[]", compaction_check("pending_groups")
   end
 end

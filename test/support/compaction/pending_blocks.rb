@@ -1,0 +1,19 @@
+# Blocks spawned while every worker is busy wait in the thread cache's
+# pending list (marked by it, moved by compaction), with their arguments;
+# their results outlive a later GC. Its value: the tasks that went wrong.
+n = GC.stress ? 40 : 200
+gate = Thread::Queue.new
+hold = RapidThread.spawn { gate.pop }
+begin
+  Thread.pass until hold.status == "sleep"
+  tasks = Array.new(n) { |i| RapidThread.spawn("arg-#{i}" * 2) { |s| s + "-done" } }
+  GC.start(full_mark: true, immediate_sweep: true)
+  GC.verify_compaction_references(**COMPACT_EVERYTHING)
+ensure
+  gate.close
+end
+fails = tasks.each_index.reject { |i| tasks[i].value == "arg-#{i}" * 2 + "-done" }
+GC.start
+fails << :first_after_gc unless tasks.first.value == "arg-0arg-0-done"
+hold.join
+fails
