@@ -98,6 +98,31 @@ class ExecutorTest < RapidThreadTest
     assert_equal :again, done.pop
   end
 
+  # Workers wait untimed; the reaper ends those idle through a whole
+  # idletime window, never one running a task, and ends with the workers
+  # (and at shutdown).
+  def test_the_reaper_ends_idle_workers_not_busy_ones_then_itself
+    ex = executor(max_threads: 2, idletime: 0.05)
+    g = gate
+    started = GemQueue.new
+    ex.post { started << :long; g.pop }
+    ex.post { started << :short }
+    2.times { started.pop }
+    wait_until { ex.completed_task_count == 1 }
+    wait_until { ex.length == 1 } # the idle one reaped, windows passing
+    assert_equal 1, ex.completed_task_count, "the busy worker was ended"
+    g << 1
+    wait_until { ex.completed_task_count == 2 && ex.length.zero? }
+    wait_until { ex.instance_variable_get(:@reaper).nil? }
+    assert ex.running?
+    ex.post { started << :again }
+    assert_equal :again, started.pop
+    refute_nil ex.instance_variable_get(:@reaper)
+    ex.shutdown
+    assert ex.wait_for_termination(TEST_TIMEOUT / 2)
+    wait_until { ex.instance_variable_get(:@reaper).nil? }
+  end
+
   def test_shutdown_finishes_what_is_queued_and_accepts_nothing_new
     ex = executor(max_threads: 2)
     g = gate

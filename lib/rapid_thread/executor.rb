@@ -15,8 +15,9 @@ module RapidThread
   # queue holds as many tasks as workers wait on it) and fewer than
   # max_threads exist; otherwise the task waits in the queue, up to
   # max_queue tasks (0: unbounded), beyond which the fallback policy
-  # applies, as it does after shutdown. A worker idle for idletime seconds
-  # ends. An exception in a task (any Exception, as a Thread#raise aimed at
+  # applies, as it does after shutdown. Workers wait untimed; a reaper
+  # (#reap) ends those idle for a whole idletime window, so a worker idle
+  # for idletime seconds ends within twice that. An exception in a task (any Exception, as a Thread#raise aimed at
   # the worker) goes to on_error if given, or is dropped; the worker goes
   # on. A worker killed mid-task is replaced at once while the executor
   # runs. After fork the child's executor has no workers and an empty queue.
@@ -25,6 +26,8 @@ module RapidThread
   # the lock is held); tasks run, and fallbacks apply, without it.
   class Executor
     FALLBACK_POLICIES = %i[abort discard caller_runs].freeze
+    # The job the reaper queues for each worker it ends.
+    STOP = Object.new.freeze
     # concurrent-ruby's DEFAULT_MAX_POOL_SIZE: a cached pool.
     DEFAULT_MAX_THREADS = 2_147_483_647
     DEFAULT_IDLETIME = 60
@@ -49,6 +52,7 @@ module RapidThread
       @on_error = on_error
       @lock = Thread::Mutex.new
       @terminated = RapidThread::ConditionVariable.new
+      @reaper_wake = RapidThread::ConditionVariable.new
       ns_start_fresh(:running)
     end
 
@@ -98,6 +102,7 @@ module RapidThread
 
         @state = :shuttingdown
         @queue.close
+        @reaper_wake.signal
         ns_drain
       end
       true
@@ -112,6 +117,8 @@ module RapidThread
 
         @queue.clear
         @queue.close
+        @stops = 0
+        @reaper_wake.signal
         workers = @tasks.values
         @completed += workers.sum { |me| me[2] }
         @tasks.clear
@@ -162,7 +169,7 @@ module RapidThread
 
     # Tasks posted that no worker has taken yet.
     def queue_length
-      synchronize { @queue.size }
+      synchronize { @queue.size - @stops }
     end
 
     # Workers, busy and idle.
@@ -202,6 +209,10 @@ module RapidThread
       @starting = 0
       @largest_length = 0
       @completed = 0
+      # STOP jobs queued and not yet taken, and the reaper's Task (nil
+      # when none runs).
+      @stops = 0
+      @reaper = nil
     end
 
     # A forked child: the parent's workers do not exist here.
@@ -213,7 +224,7 @@ module RapidThread
     # false when it can take no more.
     def ns_enqueue(job)
       waiting = @queue.num_waiting + @starting
-      queued = @queue.size
+      queued = @queue.size - @stops
       if queued >= waiting
         if @workers < @max_length
           begin
@@ -233,7 +244,7 @@ module RapidThread
     # Whether a job queued wants a worker that is not there: more jobs
     # than workers idle or on their way, and room for one more.
     def ns_worker_wanted?
-      @state != :shutdown && @queue.size > @queue.num_waiting + @starting && @workers < @max_length
+      @state != :shutdown && @queue.size - @stops > @queue.num_waiting + @starting && @workers < @max_length
     end
 
     # Shutting down with no worker left: done once nothing is queued;
@@ -265,17 +276,62 @@ module RapidThread
     end
 
     def ns_add_worker
-      me = [nil, nil, 0]
+      # Its Task, thread, completed count, whether it waits for a job, and
+      # the count at the reaper's last look (-1: not looked at yet).
+      me = [nil, nil, 0, false, -1]
       task = RapidThread.spawn(me) { |m| work(m) }
       me[0] = task
       @tasks[task] = me
       @workers += 1
       @starting += 1
       @largest_length = @workers if @workers > @largest_length
+      ns_start_reaper
+    end
+
+    def ns_start_reaper
+      return if @reaper
+
+      token = @reaper = Object.new
+      RapidThread.spawn { reap(token) }
+    rescue ThreadError
+      @reaper = nil # the process is ending: idle workers end with it
+    end
+
+    # Every idletime, a STOP job for each worker that waited for a job
+    # through the whole window: it is waiting now and completed nothing
+    # since the last look (one that took a job would be running it, or
+    # would have counted it). Whichever idle worker takes a STOP leaves,
+    # unless jobs are queued. Ends at a look that finds no worker, or at
+    # shutdown. `token`: this reaper's mark in @reaper.
+    def reap(token)
+      @lock.synchronize do
+        while @state == :running && @workers.positive? && @reaper.equal?(token)
+          deadline = now + @idletime
+          while @state == :running && (left = deadline - now).positive?
+            @reaper_wake.wait(@lock, left)
+          end
+          break unless @state == :running
+
+          ns_stop_idle_workers
+        end
+      ensure
+        @reaper = nil if @reaper.equal?(token)
+      end
+    end
+
+    def ns_stop_idle_workers
+      @tasks.each_value do |w|
+        if w[3] && w[2] == w[4]
+          @stops += 1
+          @queue.push(STOP)
+        end
+        w[4] = w[2]
+      end
     end
 
     # A worker's loop. `me`: its Task (set before the loop can look), its
-    # thread, and the tasks it completed (only it writes that count).
+    # thread, the tasks it completed (only it writes that count), whether
+    # it waits for a job, and the reaper's mark (see #ns_add_worker).
     def work(me)
       gen = RapidThread.__fork_generation
       @lock.synchronize do
@@ -287,10 +343,17 @@ module RapidThread
         job = nil
         counted = false
         begin
-          job = @queue.pop(timeout: @idletime)
-          if job.nil?
-            # Timed out, or shut down and drained: leave unless work came.
-            leaving = Thread.handle_interrupt(Object => :never) { @lock.synchronize { ns_leave?(me) } }
+          me[3] = true
+          job = @queue.pop
+          me[3] = false
+          if job.nil? || job.equal?(STOP)
+            # Reaped, or shut down and drained: leave unless work came.
+            leaving = Thread.handle_interrupt(Object => :never) do
+              @lock.synchronize do
+                @stops -= 1 if job && @tasks.key?(me[0])
+                ns_leave?(me)
+              end
+            end
           else
             job.is_a?(Proc) ? job.call : job[0].call(*job[1])
             me[2] += 1
