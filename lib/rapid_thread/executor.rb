@@ -28,6 +28,7 @@ module RapidThread
     FALLBACK_POLICIES = %i[abort discard caller_runs].freeze
     # The job the reaper queues for each worker it ends.
     STOP = Object.new.freeze
+    private_constant :STOP
     # concurrent-ruby's DEFAULT_MAX_POOL_SIZE: a cached pool.
     DEFAULT_MAX_THREADS = 2_147_483_647
     DEFAULT_IDLETIME = 60
@@ -209,8 +210,8 @@ module RapidThread
       @starting = 0
       @largest_length = 0
       @completed = 0
-      # STOP jobs queued and not yet taken, and the reaper's Task (nil
-      # when none runs).
+      # STOP jobs queued and not yet taken, and the running reaper's token
+      # (nil when none runs).
       @stops = 0
       @reaper = nil
     end
