@@ -98,29 +98,66 @@ class ExecutorTest < RapidThreadTest
     assert_equal :again, done.pop
   end
 
-  # Workers wait untimed; the reaper ends those idle through a whole
-  # idletime window, never one running a task, and ends with the workers
-  # (and at shutdown).
-  def test_the_reaper_ends_idle_workers_not_busy_ones_then_itself
-    ex = executor(max_threads: 2, idletime: 0.05)
-    g = gate
+  # The reaper's looks, driven by the test (an idletime it never reaches):
+  # STOPs for workers that waited through a whole window, none for one that
+  # ran a task since the last look or runs one now, and every idle worker
+  # of a look ends (not one per look).
+  def test_the_reaper_stops_idle_workers_only
+    ex = executor(idletime: 3600)
+    look = -> { ex.instance_variable_get(:@lock).synchronize { ex.send(:ns_stop_idle_workers) } }
+    queue = ex.instance_variable_get(:@queue)
+    stops = -> { ex.instance_variable_get(:@stops) }
+    long = gate
+    short = gate
     started = GemQueue.new
-    ex.post { started << :long; g.pop }
-    ex.post { started << :short }
-    2.times { started.pop }
-    wait_until { ex.completed_task_count == 1 }
-    wait_until { ex.length == 1 } # the idle one reaped, windows passing
-    assert_equal 1, ex.completed_task_count, "the busy worker was ended"
-    g << 1
-    wait_until { ex.completed_task_count == 2 && ex.length.zero? }
-    wait_until { ex.instance_variable_get(:@reaper).nil? }
-    assert ex.running?
+    ex.post { started << :long; long.pop }
+    assert_equal :long, started.pop
+    5.times { ex.post { started << :short; short.pop } }
+    5.times { started.pop }
+    5.times { short << 1 }
+    wait_until { ex.completed_task_count == 5 && queue.num_waiting == 5 }
+    assert_equal 6, ex.length
+    look.call # the first look marks them
+    assert_equal 0, queue.size
     ex.post { started << :again }
     assert_equal :again, started.pop
-    refute_nil ex.instance_variable_get(:@reaper)
+    wait_until { ex.completed_task_count == 6 && queue.num_waiting == 5 }
+    look.call # four waited the whole window; one ran a task in it
+    wait_until { stops.call.zero? }
+    assert_equal [0, 2], [queue.size, ex.length]
+    look.call # now the fifth; never the one running
+    wait_until { stops.call.zero? }
+    assert_equal 1, ex.length
+    look.call
+    assert_equal [0, 0, 0, 1], [stops.call, queue.size, ex.queue_length, ex.length]
+    long << 1
+    wait_until { ex.completed_task_count == 7 }
+  end
+
+  # It ends with the workers, at shutdown (woken), and a killed one is
+  # replaced.
+  def test_the_reaper_ends_with_the_workers_and_at_shutdown
+    ex = executor(idletime: 0.05)
+    reaper = -> { ex.instance_variable_get(:@reaper) }
+    done = GemQueue.new
+    3.times { ex.post { done << :ok } }
+    3.times { done.pop }
+    wait_until { ex.length.zero? && reaper.call.nil? }
+    assert ex.running?
+
+    ex = executor(idletime: 3600)
+    reaper = -> { ex.instance_variable_get(:@reaper) }
+    ex.post { done << :ok }
+    done.pop
+    first = reaper.call
+    refute_nil first
+    thread = nil
+    wait_until { thread = Thread.list.find { |t| t.backtrace.to_a.any? { |l| l.match?(/[`#]reap'/) } } }
+    thread.kill
+    wait_until { !reaper.call.nil? && !reaper.call.equal?(first) }
     ex.shutdown
     assert ex.wait_for_termination(TEST_TIMEOUT / 2)
-    wait_until { ex.instance_variable_get(:@reaper).nil? }
+    wait_until { reaper.call.nil? }
   end
 
   def test_shutdown_finishes_what_is_queued_and_accepts_nothing_new

@@ -170,7 +170,7 @@ module RapidThread
 
     # Tasks posted that no worker has taken yet.
     def queue_length
-      synchronize { @queue.size - @stops }
+      synchronize { [@queue.size - @stops, 0].max }
     end
 
     # Workers, busy and idle.
@@ -261,12 +261,15 @@ module RapidThread
     end
 
     # An idle worker's way out, unless a job came: counted out first, then
-    # the queue looked at (see #post).
+    # the queue looked at (see #post). Queued STOPs are not jobs: with them
+    # counted, one worker took every STOP of a look and the others stayed.
+    # (A STOP another worker has taken but not yet counted out makes this
+    # one leave with a job queued; that worker, counting out, finds it.)
     def ns_leave?(me)
       return true unless @tasks.key?(me[0]) # kill counted it out
 
       @workers -= 1
-      unless @queue.empty?
+      if @queue.size > @stops
         @workers += 1
         return false
       end
@@ -306,17 +309,27 @@ module RapidThread
     # shutdown. `token`: this reaper's mark in @reaper.
     def reap(token)
       @lock.synchronize do
-        while @state == :running && @workers.positive? && @reaper.equal?(token)
-          deadline = now + @idletime
-          while @state == :running && (left = deadline - now).positive?
-            @reaper_wake.wait(@lock, left)
-          end
-          break unless @state == :running
+        ended = false
+        begin
+          while @state == :running && @workers.positive? && @reaper.equal?(token)
+            deadline = now + @idletime
+            while @state == :running && (left = deadline - now).positive?
+              @reaper_wake.wait(@lock, left)
+            end
+            break unless @state == :running
 
-          ns_stop_idle_workers
+            ns_stop_idle_workers
+          end
+          ended = true
+        ensure
+          Thread.handle_interrupt(Object => :never) do
+            if @reaper.equal?(token)
+              @reaper = nil
+              # Killed (a stray Thread#kill): another takes its place.
+              ns_start_reaper unless ended || @state != :running || @workers.zero?
+            end
+          end
         end
-      ensure
-        @reaper = nil if @reaper.equal?(token)
       end
     end
 
@@ -349,10 +362,11 @@ module RapidThread
           me[3] = false
           if job.nil? || job.equal?(STOP)
             # Reaped, or shut down and drained: leave unless work came.
-            leaving = Thread.handle_interrupt(Object => :never) do
+            Thread.handle_interrupt(Object => :never) do
               @lock.synchronize do
-                @stops -= 1 if job && @tasks.key?(me[0])
-                ns_leave?(me)
+                ns_forget_stop(me) if job
+                job = nil
+                leaving = ns_leave?(me)
               end
             end
           else
@@ -361,7 +375,13 @@ module RapidThread
             counted = true
           end
         rescue Exception => e # rubocop:disable Lint/RescueException
-          # The task's, or a Thread#raise aimed at the worker.
+          # The task's, or a Thread#raise aimed at the worker (one that
+          # landed between taking a STOP and counting it out keeps the
+          # worker, and the STOP is forgotten).
+          if job.equal?(STOP)
+            Thread.handle_interrupt(Object => :never) { @lock.synchronize { ns_forget_stop(me) } }
+            job = nil
+          end
           me[2] += 1 if job && !counted
           report(e)
         end
@@ -371,8 +391,17 @@ module RapidThread
     ensure
       # Deferred interrupts: a second kill must not skip the count.
       Thread.handle_interrupt(Object => :never) do
-        synchronize { ns_worker_ended(me[0], replace: !leaving) }
+        synchronize do
+          ns_forget_stop(me) if job.equal?(STOP) # killed holding one
+          ns_worker_ended(me[0], replace: !leaving)
+        end
       end
+    end
+
+    # A STOP this worker took is no longer queued (kill, which cleared the
+    # queue and the count, counted the worker out).
+    def ns_forget_stop(me)
+      @stops -= 1 if @tasks.key?(me[0])
     end
 
     def report(error)
