@@ -9,9 +9,10 @@ class GcTest < RapidThreadTest
 
   def test_items_survive_full_gc
     q = Q.new
-    1000.times { |i| q << "item-#{i}" * 3 }
+    n = scaled(1000)
+    n.times { |i| q << "item-#{i}" * 3 }
     GC.start(full_mark: true, immediate_sweep: true)
-    assert_equal Array.new(1000) { |i| "item-#{i}" * 3 }, Array.new(1000) { q.pop }
+    assert_equal Array.new(n) { |i| "item-#{i}" * 3 }, Array.new(n) { q.pop }
   end
 
   def test_items_survive_compaction
