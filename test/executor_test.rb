@@ -151,9 +151,8 @@ class ExecutorTest < RapidThreadTest
     done.pop
     first = reaper.call
     refute_nil first
-    thread = nil
-    wait_until { thread = Thread.list.find { |t| t.backtrace.to_a.any? { |l| l.match?(/[`#]reap'/) } } }
-    thread.kill
+    wait_until { first.first } # its thread
+    first.first.kill
     wait_until { !reaper.call.nil? && !reaper.call.equal?(first) }
     ex.shutdown
     assert ex.wait_for_termination(TEST_TIMEOUT / 2)

@@ -295,7 +295,7 @@ module RapidThread
     def ns_start_reaper
       return if @reaper
 
-      token = @reaper = Object.new
+      token = @reaper = [] # the reaper's mark; it adds its thread (for tests)
       RapidThread.spawn { reap(token) }
     rescue ThreadError
       @reaper = nil # the process is ending: idle workers end with it
@@ -306,27 +306,32 @@ module RapidThread
     # since the last look (one that took a job would be running it, or
     # would have counted it). Whichever idle worker takes a STOP leaves,
     # unless jobs are queued. Ends at a look that finds no worker, or at
-    # shutdown. `token`: this reaper's mark in @reaper.
+    # shutdown, letting go of @reaper under the lock that decided so; one
+    # killed anywhere else (a stray Thread#kill) lets go in its ensure and
+    # starts another while workers remain. `token`: its mark in @reaper.
     def reap(token)
+      ended = false
+      token << Thread.current
       @lock.synchronize do
-        ended = false
-        begin
-          while @state == :running && @workers.positive? && @reaper.equal?(token)
-            deadline = now + @idletime
-            while @state == :running && (left = deadline - now).positive?
-              @reaper_wake.wait(@lock, left)
-            end
-            break unless @state == :running
-
-            ns_stop_idle_workers
+        while @state == :running && @workers.positive? && @reaper.equal?(token)
+          deadline = now + @idletime
+          while @state == :running && (left = deadline - now).positive?
+            @reaper_wake.wait(@lock, left)
           end
-          ended = true
-        ensure
-          Thread.handle_interrupt(Object => :never) do
+          break unless @state == :running
+
+          ns_stop_idle_workers
+        end
+        @reaper = nil if @reaper.equal?(token)
+        ended = true
+      end
+    ensure
+      unless ended
+        Thread.handle_interrupt(Object => :never) do
+          synchronize do
             if @reaper.equal?(token)
               @reaper = nil
-              # Killed (a stray Thread#kill): another takes its place.
-              ns_start_reaper unless ended || @state != :running || @workers.zero?
+              ns_start_reaper if @state == :running && @workers.positive?
             end
           end
         end
@@ -379,8 +384,12 @@ module RapidThread
           # landed between taking a STOP and counting it out keeps the
           # worker, and the STOP is forgotten).
           if job.equal?(STOP)
-            Thread.handle_interrupt(Object => :never) { @lock.synchronize { ns_forget_stop(me) } }
-            job = nil
+            Thread.handle_interrupt(Object => :never) do
+              @lock.synchronize do
+                ns_forget_stop(me)
+                job = nil # (an interrupt deferred to here must not count it again)
+              end
+            end
           end
           me[2] += 1 if job && !counted
           report(e)
