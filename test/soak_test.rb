@@ -17,7 +17,7 @@ class SoakTest < RapidThreadTest
   def test_every_item_arrives_exactly_once
     # Under GC.stress or rbs's runtime checks 2,000 items: the soak is about
     # volume and memory, which the plain run checks; there it only has to stay
-    # correct (and type-check). 200,000 checked calls take ~25 s of CPU.
+    # correct (and type-check), and RSS is not checked. 200,000 checked calls take ~25 s of CPU.
     light = GC_STRESS || RBS_MODE
     total = Integer(ENV.fetch("RAPID_THREAD_SOAK_ITEMS", (light ? 2_000 : 200_000).to_s))
     total -= total % PRODUCERS
@@ -78,7 +78,12 @@ class SoakTest < RapidThreadTest
     assert_nil seen.index("\0"), "an item never arrived"
     assert_equal 0, q.num_waiting
     assert q.empty?
-    assert_operator end_rss, :<=, (warm_rss * 1.10).ceil, "RSS grew after warm-up: #{warm_rss} -> #{end_rss} KB"
+    # Memory is the plain run's to check: under rbs's runtime checks the
+    # checker's own allocations grew RSS by 11.8% over these 2,000 items
+    # (CI, 2026-12-02, the soak alone in its process).
+    unless light
+      assert_operator end_rss, :<=, (warm_rss * 1.10).ceil, "RSS grew after warm-up: #{warm_rss} -> #{end_rss} KB"
+    end
     puts "\nsoak: #{total} items, #{timeouts.sum} timeouts, RSS #{warm_rss} -> #{end_rss} KB" if ENV["RAPID_THREAD_SOAK_ITEMS"]
   end
 end
