@@ -170,7 +170,7 @@ module RapidThread
 
     # Tasks posted that no worker has taken yet.
     def queue_length
-      synchronize { [@queue.size - @stops, 0].max }
+      synchronize { [ns_jobs_queued, 0].max }
     end
 
     # Workers, busy and idle.
@@ -225,7 +225,7 @@ module RapidThread
     # false when it can take no more.
     def ns_enqueue(job)
       waiting = @queue.num_waiting + @starting
-      queued = @queue.size - @stops
+      queued = ns_jobs_queued
       if queued >= waiting
         if @workers < @max_length
           begin
@@ -242,10 +242,16 @@ module RapidThread
       true
     end
 
+    # Jobs queued: the queue less its STOPs, which it holds or a worker has
+    # taken and not yet counted out (then this reads one low, even below 0).
+    def ns_jobs_queued
+      @queue.size - @stops
+    end
+
     # Whether a job queued wants a worker that is not there: more jobs
     # than workers idle or on their way, and room for one more.
     def ns_worker_wanted?
-      @state != :shutdown && @queue.size - @stops > @queue.num_waiting + @starting && @workers < @max_length
+      @state != :shutdown && ns_jobs_queued > @queue.num_waiting + @starting && @workers < @max_length
     end
 
     # Shutting down with no worker left: done once nothing is queued;
@@ -269,7 +275,7 @@ module RapidThread
       return true unless @tasks.key?(me[0]) # kill counted it out
 
       @workers -= 1
-      if @queue.size > @stops
+      if ns_jobs_queued.positive?
         @workers += 1
         return false
       end
