@@ -11,8 +11,9 @@
 //!    the signal, then for up to `gvl_spin_us` until the waker has given
 //!    up the GVL; or, where no CPU is free to spin on, park on a futex
 //!    for up to `spin::PARK_LIMIT` (`sys::park`);
-//! 2. otherwise fall back to Ruby's own sleep (`rb_thread_sleep_deadly`),
-//!    which the deadlock detector sees and every interrupt wakes.
+//! 2. otherwise fall back to Ruby's own sleep (`sys::Sleeper`: Mutex#sleep
+//!    on a private mutex), which the deadlock detector sees and every
+//!    interrupt wakes.
 //!
 //! Whether and how long phase 1 spins or parks is the spin policy's call
 //! (`crate::spin`); a fiber with a scheduler does neither.
@@ -199,7 +200,7 @@ pub fn block_from(
         // A signal handler that runs here (and wakes us) runs before the
         // check below, not in the sleep's own first interrupt check, whose
         // wake-up Ruby would overwrite when it restores the sleeping status.
-        sys::check_ints()?;
+        sys::check_ints_before_sleep()?;
         if w.signaled() {
             return Ok(());
         }

@@ -19,6 +19,22 @@ pub fn check_ints() -> Result<(), Error> {
     Ok(())
 }
 
+/// `check_ints` right before Ruby's sleep, which gives up the GVL itself:
+/// it looks at the thread's interrupt flags first (`rb_thread_interrupted`:
+/// a Thread#raise, kill or trap handler pending and not masked) and makes
+/// the protected call only then. What it leaves to the sleep's own first
+/// check: a time-slice switch and postponed jobs (finalizers), which run
+/// there with the thread already marked asleep, so a wake-up they send
+/// ends the sleep (a trap handler's would be overwritten: the flags show
+/// those).
+pub fn check_ints_before_sleep() -> Result<(), Error> {
+    // SAFETY: plain queries of the current thread, GVL held.
+    if unsafe { rb_sys::rb_thread_interrupted(rb_sys::rb_thread_current()) } == 0 {
+        return Ok(());
+    }
+    check_ints()
+}
+
 /// Sleeps until woken, until `timeout` passes, or until any interrupt
 /// runs (a signal handler, Thread#raise, ...): it may return spuriously, and
 /// the caller re-checks its condition after every return. Visible to the
@@ -32,6 +48,9 @@ pub fn check_ints() -> Result<(), Error> {
 /// returns after any interrupt (`rb_thread_sleep_deadly_allow_spurious_wakeup`,
 /// not exported); the one public way to it is `Mutex#sleep`
 /// (`rb_mutex_sleep`), here on a fresh private mutex nobody else can see.
+/// (Only the main thread runs trap handlers, but Ruby's own sleep on the
+/// other threads, tried twice, made more context switches: see
+/// docs/design-details.md, "One CPU on Ruby 3.3+".)
 pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
     Sleeper::new()?.sleep(timeout)
 }
