@@ -159,9 +159,12 @@ static QUOTA_GEN: AtomicU64 = AtomicU64::new(0);
 
 /// Makes the statics whose first use could otherwise race a fork (a
 /// child would wait forever on a OnceLock another thread of the parent
-/// was filling): called when the extension loads.
+/// was filling), and tells the wait lists whether a wake-up's CPU is
+/// worth a `sched_getcpu` (only the park decision reads it): called when
+/// the extension loads.
 pub fn init() {
     quota_cell();
+    sys::set_waker_cpu_wanted(parking_allowed());
 }
 
 fn quota_cell() -> &'static Mutex<Option<Quota>> {
@@ -400,7 +403,8 @@ pub enum Plan {
 }
 
 /// The first phase of a wait on a list that last woke someone at
-/// `list_last_wake`, from CPU `list_last_wake_cpu` (-1: unknown), until
+/// `list_last_wake` (`sys::wake_clock_ns`, 0: never), from CPU
+/// `list_last_wake_cpu` (-1: unknown), until
 /// `deadline`; None: Ruby's sleep at once (the list is idle, the thread
 /// alone, or `spin_us` is 0, which turns the first phase off). `alone` is
 /// asked last (it is a call into Ruby): a lone thread has nobody to wake
@@ -415,7 +419,7 @@ pub enum Plan {
 /// a local one costs less (the same, pinned to one CPU: 9 µs per round
 /// trip).
 pub fn plan(
-    list_last_wake: Option<Instant>,
+    list_last_wake: u64,
     list_last_wake_cpu: i32,
     deadline: Option<Instant>,
     alone: impl FnOnce() -> bool,
@@ -425,14 +429,21 @@ pub fn plan(
         return None;
     }
     let off = off_reason();
-    if list_last_wake.is_none_or(|t| t.elapsed() >= ACTIVE_WINDOW) {
+    // Where spins are off and waits may not park (one CPU on Ruby 3.3+),
+    // the answer is Ruby's sleep whatever the list did: no clock read.
+    if off.is_some() && !parking_allowed() {
+        return None;
+    }
+    if list_last_wake == 0
+        || sys::wake_clock_ns().saturating_sub(list_last_wake) >= ACTIVE_WINDOW.as_nanos() as u64
+    {
         return None;
     }
     if let Some(why) = off {
         let local = why == Off::OneCpu
             || (list_last_wake_cpu >= 0 && sys::current_cpu() == list_last_wake_cpu);
         let limit = until_deadline(PARK_LIMIT, deadline);
-        if !local || limit.is_zero() || !parking_allowed() || alone() {
+        if !local || limit.is_zero() || alone() {
             return None;
         }
         PARKS.fetch_add(1, Ordering::Relaxed);

@@ -149,7 +149,7 @@ impl State {
 /// after recent completions spins (or parks) for the hand-off as a busy
 /// queue's pop does (crate::spin, ACTIVE_WINDOW), while joins of
 /// long-running tasks go straight to sleep.
-static LAST_FINISH: GvlCell<(Option<Instant>, i32)> = GvlCell::new((None, -1));
+static LAST_FINISH: GvlCell<(u64, i32)> = GvlCell::new((0, -1));
 
 fn joiners(s: &mut State) -> &mut WaitList {
     &mut s.fresh().joiners
@@ -286,7 +286,7 @@ impl Task {
             s.thread = QNIL;
             s.block = QNIL;
         });
-        LAST_FINISH.with(|t| *t = (Some(Instant::now()), sys::current_cpu()));
+        LAST_FINISH.with(|t| *t = (sys::wake_clock_ns(), sys::waker_cpu()));
         wait::wake_all(&self.state, joiners)
     }
 

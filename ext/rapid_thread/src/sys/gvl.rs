@@ -36,17 +36,6 @@ pub fn monotonic_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-/// `t` on the [`monotonic_ns`] clock (0 for an instant before its epoch),
-/// and back: an Instant kept in an atomic.
-pub fn instant_ns(t: Instant) -> u64 {
-    t.saturating_duration_since(*EPOCH.get_or_init(Instant::now))
-        .as_nanos() as u64
-}
-
-pub fn ns_instant(ns: u64) -> Instant {
-    *EPOCH.get_or_init(Instant::now) + std::time::Duration::from_nanos(ns)
-}
-
 /// Yields the CPU once; false when the CPU turned out busy and spinning
 /// must stop (the spin policy's `yield_cpu`, crate::spin). It runs without
 /// the GVL: it must not touch Ruby or any `GvlCell`.

@@ -47,6 +47,13 @@ pub fn process_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
+/// When a wait list woke someone: CLOCK_MONOTONIC in nanoseconds, read
+/// directly (std's `Instant` arithmetic cost a wake-up more than the
+/// read), never 0 (0 stands for "never").
+pub fn wake_clock_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC).max(1)
+}
+
 /// `clock_gettime(clock)` in nanoseconds (0 if the clock cannot be read).
 fn clock_ns(clock: libc::clockid_t) -> u64 {
     let mut ts = libc::timespec {

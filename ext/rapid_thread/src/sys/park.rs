@@ -16,7 +16,7 @@
 //! `crate::spin`) hands the wait to Ruby's sleep in time.
 
 use std::ffi::c_void;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use super::*;
@@ -80,6 +80,24 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration) {
         )
     };
     w.parked.set(false);
+}
+
+/// Whether wake-ups record their waker's CPU (`waker_cpu`): set once at
+/// load by the spin policy, which reads it only to decide on parking.
+static WAKER_CPU_WANTED: AtomicBool = AtomicBool::new(true);
+
+pub fn set_waker_cpu_wanted(wanted: bool) {
+    WAKER_CPU_WANTED.store(wanted, Ordering::Relaxed);
+}
+
+/// The CPU a waker runs on, for the park decision; -1 (unknown) where
+/// waits never park, which saves a `sched_getcpu` per wake-up.
+pub fn waker_cpu() -> i32 {
+    if WAKER_CPU_WANTED.load(Ordering::Relaxed) {
+        current_cpu()
+    } else {
+        -1
+    }
 }
 
 /// Whether the extension was built for Ruby 3.3 or later (its thread

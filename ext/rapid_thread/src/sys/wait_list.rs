@@ -3,7 +3,6 @@
 use std::cell::Cell;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
-use std::time::Instant;
 
 use magnus::rb_sys::protect;
 use magnus::Error;
@@ -42,8 +41,9 @@ pub struct Waiter {
     /// Set (under the GVL) while the waiter may be parked on `park_word`:
     /// its waker must set the word and wake the futex.
     pub(super) parked: Cell<bool>,
-    /// When the list last woke anyone, as seen when this waiter entered.
-    list_last_wake: Cell<Option<Instant>>,
+    /// When the list last woke anyone (`wake_clock_ns`, 0: never), as seen
+    /// when this waiter entered.
+    list_last_wake: Cell<u64>,
     /// The CPU the list's last waker ran on (-1: unknown), as seen at entry.
     list_last_wake_cpu: Cell<i32>,
     thread: VALUE,
@@ -91,7 +91,7 @@ impl Waiter {
             sleeping: Cell::new(false),
             park_word: AtomicU32::new(0),
             parked: Cell::new(false),
-            list_last_wake: Cell::new(None),
+            list_last_wake: Cell::new(0),
             list_last_wake_cpu: Cell::new(-1),
             thread,
             fiber,
@@ -142,8 +142,9 @@ impl Waiter {
         self.scheduler != QNIL
     }
 
-    /// When the list this waiter is on last woke a waiter (at entry).
-    pub fn list_last_wake(&self) -> Option<Instant> {
+    /// When the list this waiter is on last woke a waiter (at entry;
+    /// `wake_clock_ns`, 0: never).
+    pub fn list_last_wake(&self) -> u64 {
         self.list_last_wake.get()
     }
 
@@ -236,14 +237,15 @@ pub struct WaitList {
     waiting: usize,
     /// Waiters on the list now (`waiting` less those handed out).
     linked: usize,
-    /// When `pop_front` or `pop_back` last handed out a waiter (a wake-up),
-    /// and the CPU the waker ran on then (-1: unknown).
-    last_wake: Option<Instant>,
+    /// When `pop_front` or `pop_back` last handed out a waiter (a wake-up;
+    /// `wake_clock_ns`, 0: never), and the CPU the waker ran on then (-1:
+    /// unknown).
+    last_wake: u64,
     last_wake_cpu: i32,
 }
 
-/// When any wait list of the process last woke someone (`instant_ns`; 0:
-/// never), and the waker's CPU. A list that has never woken anyone (a
+/// When any wait list of the process last woke someone (`wake_clock_ns`;
+/// 0: never), and the waker's CPU. A list that has never woken anyone (a
 /// fresh one) reports these to its first waiter: concurrent-ruby makes a
 /// ConditionVariable per future, whose one wait would otherwise always
 /// count as dormant (crate::spin, `ACTIVE_WINDOW`). Atomics, not GVL
@@ -252,13 +254,10 @@ pub struct WaitList {
 static PROCESS_LAST_WAKE_NS: AtomicU64 = AtomicU64::new(0);
 static PROCESS_LAST_WAKE_CPU: AtomicI32 = AtomicI32::new(-1);
 
-fn process_last_wake() -> (Option<Instant>, i32) {
+fn process_last_wake() -> (u64, i32) {
     match PROCESS_LAST_WAKE_NS.load(Ordering::Relaxed) {
-        0 => (None, -1),
-        ns => (
-            Some(ns_instant(ns)),
-            PROCESS_LAST_WAKE_CPU.load(Ordering::Relaxed),
-        ),
+        0 => (0, -1),
+        ns => (ns, PROCESS_LAST_WAKE_CPU.load(Ordering::Relaxed)),
     }
 }
 
@@ -275,7 +274,7 @@ impl WaitList {
             tail: ptr::null(),
             waiting: 0,
             linked: 0,
-            last_wake: None,
+            last_wake: 0,
             last_wake_cpu: -1,
         }
     }
@@ -298,7 +297,7 @@ impl WaitList {
     /// Seeds when the list last woke someone, for a new list that stands
     /// in for an older one (each Task has its own joiner list, but joins
     /// of tasks follow each other as pops of a queue do).
-    pub fn set_last_wake(&mut self, t: Option<Instant>, cpu: i32) {
+    pub fn set_last_wake(&mut self, t: u64, cpu: i32) {
         self.last_wake = t;
         self.last_wake_cpu = cpu;
     }
@@ -313,9 +312,9 @@ impl WaitList {
         // process's last wake-up (see `PROCESS_LAST_WAKE_NS`); later ones
         // find it dormant, so a mass set-up on one fresh list spins once.
         let (last_wake, last_wake_cpu) = match self.last_wake {
-            Some(t) => (Some(t), self.last_wake_cpu),
-            None if self.head.is_null() => process_last_wake(),
-            None => (None, -1),
+            0 if self.head.is_null() => process_last_wake(),
+            0 => (0, -1),
+            t => (t, self.last_wake_cpu),
         };
         w.prev.set(self.tail);
         w.next.set(ptr::null());
@@ -382,11 +381,9 @@ impl WaitList {
             if w.group_woken() {
                 continue;
             }
-            let now = Instant::now();
-            self.last_wake = Some(now);
-            self.last_wake_cpu = current_cpu();
-            // 0 means never (a wake-up at the clock's epoch counts as 1 ns).
-            PROCESS_LAST_WAKE_NS.store(instant_ns(now).max(1), Ordering::Relaxed);
+            self.last_wake = wake_clock_ns();
+            self.last_wake_cpu = waker_cpu();
+            PROCESS_LAST_WAKE_NS.store(self.last_wake, Ordering::Relaxed);
             PROCESS_LAST_WAKE_CPU.store(self.last_wake_cpu, Ordering::Relaxed);
             // SAFETY: as above; the lifetime is tied to `&mut self`, i.e.
             // to a region during which the GVL is held.
