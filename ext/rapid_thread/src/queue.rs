@@ -24,6 +24,8 @@ use crate::wait::{self, park};
 pub struct State {
     pub items: VecDeque<VALUE>,
     pub initialized: bool,
+    /// Set once, by `close`, which also sets the object's closed flag
+    /// (`sys::set_closed_flag`) that `closed?` reads.
     pub closed: bool,
     /// Capacity for SizedQueue; 0 for an unbounded Queue.
     pub max: usize,
@@ -664,6 +666,7 @@ fn close(rb_self: Value) -> Result<Value, Error> {
         .state
         .with(|s| !std::mem::replace(&mut s.fresh().closed, true));
     if newly {
+        sys::set_closed_flag(rb_self);
         // Every waiter of both lists is woken, whatever fails on the way.
         wait::finally(wait::wake_all(&q.state, poppers), || {
             wait::wake_all(&q.state, pushers)
@@ -672,8 +675,65 @@ fn close(rb_self: Value) -> Result<Value, Error> {
     Ok(rb_self)
 }
 
-fn is_closed(rb_self: Value) -> Result<bool, Error> {
-    Ok(Queue::get(&rb_self)?.state.with(|s| s.closed))
+/// Hot path of a query (`empty?`, `length`, `num_waiting`):
+/// `read` answers in place, or None for anything else (a wrong receiver,
+/// an uninitialized queue, a length past Fixnum), which takes the full
+/// method `slow` (docs/design-details.md, "Per call").
+#[inline(always)]
+fn query_fast(
+    rb_self: Value,
+    read: impl FnOnce(&mut State) -> Option<Value> + std::panic::UnwindSafe,
+    slow: sys::RawMethod0,
+) -> Value {
+    let answer = std::panic::catch_unwind(|| {
+        let q = sys::typed_ref::<Queue>(&rb_self)?;
+        q.state.with(read)
+    });
+    match answer.ok().flatten() {
+        Some(v) => v,
+        None => sys::call_method0(slow, rb_self),
+    }
+}
+
+/// `closed?` reads the flag `close` sets on the object, as stock reads
+/// its QUEUE_CLOSED: no typed-data lookup (the receiver is a Queue by
+/// dispatch; the flag of any other object is still readable).
+extern "C" fn closed_fast(rb_self: Value) -> Value {
+    sys::bool_value(sys::closed_flag(rb_self))
+}
+
+extern "C" fn empty_fast(rb_self: Value) -> Value {
+    query_fast(
+        rb_self,
+        |s| {
+            let s = s.fresh();
+            s.initialized.then(|| sys::bool_value(s.items.is_empty()))
+        },
+        method!(is_empty, 0),
+    )
+}
+
+extern "C" fn length_fast(rb_self: Value) -> Value {
+    query_fast(
+        rb_self,
+        |s| {
+            let s = s.fresh();
+            if s.initialized {
+                sys::fixnum_value(s.items.len())
+            } else {
+                None
+            }
+        },
+        method!(length, 0),
+    )
+}
+
+extern "C" fn num_waiting_fast(rb_self: Value) -> Value {
+    query_fast(
+        rb_self,
+        |s| sys::fixnum_value(s.num_waiting()),
+        method!(num_waiting, 0),
+    )
 }
 
 fn is_empty(rb_self: Value) -> Result<bool, Error> {
@@ -716,13 +776,13 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
     class.define_method("marshal_dump", method!(marshal_dump, 0))?;
     class.define_method("freeze", method!(freeze, 0))?;
     class.define_method("close", method!(close, 0))?;
-    class.define_method("closed?", method!(is_closed, 0))?;
+    class.define_method("closed?", closed_fast as sys::RawMethod0)?;
     class.define_method("push", push_fast as sys::RawMethod1)?;
     class.define_method("pop", pop_fast as sys::RawMethodV)?;
-    class.define_method("empty?", method!(is_empty, 0))?;
+    class.define_method("empty?", empty_fast as sys::RawMethod0)?;
     class.define_method("clear", method!(clear, 0))?;
-    class.define_method("length", method!(length, 0))?;
-    class.define_method("num_waiting", method!(num_waiting, 0))?;
+    class.define_method("length", length_fast as sys::RawMethod0)?;
+    class.define_method("num_waiting", num_waiting_fast as sys::RawMethod0)?;
     class.define_method("push_all", method!(push_all, 1))?;
     class.define_method("pop_batch", method!(pop_batch, -1))?;
     for (alias, name) in ALIASES {

@@ -65,6 +65,54 @@ pub fn value(v: VALUE) -> Value {
     unsafe { Value::from_raw(v) }
 }
 
+/// The header flag a closed queue carries (`FL_USER5`, thread_sync.c's
+/// QUEUE_CLOSED): false for a special constant.
+#[inline(always)]
+pub fn closed_flag(v: Value) -> bool {
+    let obj = v.as_raw();
+    // SAFETY: a heap object (not a special constant) that Ruby passed us
+    // has a readable RBasic header.
+    !special_const(obj) && unsafe { (*(obj as *const rb_sys::RBasic)).flags } & CLOSED_FLAG != 0
+}
+
+/// Sets [`closed_flag`] on a heap object (a queue being closed; the GVL
+/// held, as for every store into an object).
+pub fn set_closed_flag(v: Value) {
+    let obj = v.as_raw();
+    if !special_const(obj) {
+        // SAFETY: as in `closed_flag`; the GVL is held (a method body), so
+        // nobody else writes the header now. A flag is not a reference:
+        // no write barrier.
+        unsafe { (*(obj as *mut rb_sys::RBasic)).flags |= CLOSED_FLAG }
+    }
+}
+
+const CLOSED_FLAG: VALUE = rb_sys::ruby_fl_type::RUBY_FL_USER5 as VALUE;
+
+/// `true` / `false` as a Value (special constants: nothing to keep alive).
+#[inline(always)]
+pub fn bool_value(b: bool) -> Value {
+    let v = if b {
+        rb_sys::special_consts::Qtrue
+    } else {
+        rb_sys::special_consts::Qfalse
+    };
+    value(v as VALUE)
+}
+
+/// `n` as a Fixnum Value, or None when it does not fit one (Ruby's
+/// `LONG2FIX` range).
+#[inline(always)]
+pub fn fixnum_value(n: usize) -> Option<Value> {
+    let n = i64::try_from(n).ok()?;
+    if n > rb_sys::FIXNUM_MAX as i64 {
+        return None;
+    }
+    Some(value(
+        ((n as VALUE) << 1) | rb_sys::special_consts::FIXNUM_FLAG as VALUE,
+    ))
+}
+
 #[inline(always)]
 pub fn special_const(v: VALUE) -> bool {
     rb_sys::SPECIAL_CONST_P(v)
