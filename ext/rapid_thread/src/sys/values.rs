@@ -104,8 +104,8 @@ pub fn bool_value(b: bool) -> Value {
 /// `LONG2FIX` range).
 #[inline(always)]
 pub fn fixnum_value(n: usize) -> Option<Value> {
-    let n = i64::try_from(n).ok()?;
-    if n > rb_sys::FIXNUM_MAX as i64 {
+    // FIXNUM_MAX is a positive c_long: it fits a u64 on every platform.
+    if n as u64 > rb_sys::FIXNUM_MAX as u64 {
         return None;
     }
     Some(value(
