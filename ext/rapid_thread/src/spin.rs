@@ -403,7 +403,7 @@ pub enum Plan {
 }
 
 /// The first phase of a wait on a list that last woke someone at
-/// `list_last_wake` (`sys::wake_clock_ns`, 0: never), from CPU
+/// `list_last_wake` (`sys::monotonic_ns`, 0: never), from CPU
 /// `list_last_wake_cpu` (-1: unknown), until
 /// `deadline`; None: Ruby's sleep at once (the list is idle, the thread
 /// alone, or `spin_us` is 0, which turns the first phase off). `alone` is
@@ -435,7 +435,7 @@ pub fn plan(
         return None;
     }
     if list_last_wake == 0
-        || sys::wake_clock_ns().saturating_sub(list_last_wake) >= ACTIVE_WINDOW.as_nanos() as u64
+        || sys::monotonic_ns().saturating_sub(list_last_wake) >= ACTIVE_WINDOW.as_nanos() as u64
     {
         return None;
     }

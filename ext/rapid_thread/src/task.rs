@@ -286,7 +286,7 @@ impl Task {
             s.thread = QNIL;
             s.block = QNIL;
         });
-        LAST_FINISH.with(|t| *t = (sys::wake_clock_ns(), sys::waker_cpu()));
+        LAST_FINISH.with(|t| *t = (sys::monotonic_ns(), sys::waker_cpu()));
         wait::wake_all(&self.state, joiners)
     }
 

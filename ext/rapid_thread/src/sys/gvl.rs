@@ -28,14 +28,6 @@ pub fn thread_alone() -> bool {
     unsafe { rb_sys::rb_thread_alone() != 0 }
 }
 
-static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
-
-/// Nanoseconds since the first call (a process-wide monotonic clock that
-/// fits an atomic).
-pub fn monotonic_ns() -> u64 {
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
-
 /// Yields the CPU once; false when the CPU turned out busy and spinning
 /// must stop (the spin policy's `yield_cpu`, crate::spin). It runs without
 /// the GVL: it must not touch Ruby or any `GvlCell`.

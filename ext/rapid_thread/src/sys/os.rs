@@ -31,7 +31,6 @@ pub const PARKING: bool = LINUX;
 /// the parent was filling): called when the extension loads.
 pub fn init_statics() {
     online_cpus();
-    super::monotonic_ns();
     imp::init();
 }
 
@@ -47,10 +46,11 @@ pub fn process_cpu_ns() -> u64 {
     clock_ns(libc::CLOCK_PROCESS_CPUTIME_ID)
 }
 
-/// When a wait list woke someone: CLOCK_MONOTONIC in nanoseconds, read
-/// directly (std's `Instant` arithmetic cost a wake-up more than the
-/// read), never 0 (0 stands for "never").
-pub fn wake_clock_ns() -> u64 {
+/// The process-wide monotonic clock that fits an atomic: CLOCK_MONOTONIC
+/// in nanoseconds, read directly (an `Instant` since a OnceLock'd epoch
+/// cost a wake-up more in arithmetic than the read), never 0, so that 0
+/// can stand for "never".
+pub fn monotonic_ns() -> u64 {
     clock_ns(libc::CLOCK_MONOTONIC).max(1)
 }
 

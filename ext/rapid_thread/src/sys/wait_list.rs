@@ -41,7 +41,7 @@ pub struct Waiter {
     /// Set (under the GVL) while the waiter may be parked on `park_word`:
     /// its waker must set the word and wake the futex.
     pub(super) parked: Cell<bool>,
-    /// When the list last woke anyone (`wake_clock_ns`, 0: never), as seen
+    /// When the list last woke anyone (`monotonic_ns`, 0: never), as seen
     /// when this waiter entered.
     list_last_wake: Cell<u64>,
     /// The CPU the list's last waker ran on (-1: unknown), as seen at entry.
@@ -143,7 +143,7 @@ impl Waiter {
     }
 
     /// When the list this waiter is on last woke a waiter (at entry;
-    /// `wake_clock_ns`, 0: never).
+    /// `monotonic_ns`, 0: never).
     pub fn list_last_wake(&self) -> u64 {
         self.list_last_wake.get()
     }
@@ -238,13 +238,13 @@ pub struct WaitList {
     /// Waiters on the list now (`waiting` less those handed out).
     linked: usize,
     /// When `pop_front` or `pop_back` last handed out a waiter (a wake-up;
-    /// `wake_clock_ns`, 0: never), and the CPU the waker ran on then (-1:
+    /// `monotonic_ns`, 0: never), and the CPU the waker ran on then (-1:
     /// unknown).
     last_wake: u64,
     last_wake_cpu: i32,
 }
 
-/// When any wait list of the process last woke someone (`wake_clock_ns`;
+/// When any wait list of the process last woke someone (`monotonic_ns`;
 /// 0: never), and the waker's CPU. A list that has never woken anyone (a
 /// fresh one) reports these to its first waiter: concurrent-ruby makes a
 /// ConditionVariable per future, whose one wait would otherwise always
@@ -381,7 +381,7 @@ impl WaitList {
             if w.group_woken() {
                 continue;
             }
-            self.last_wake = wake_clock_ns();
+            self.last_wake = monotonic_ns();
             self.last_wake_cpu = waker_cpu();
             PROCESS_LAST_WAKE_NS.store(self.last_wake, Ordering::Relaxed);
             PROCESS_LAST_WAKE_CPU.store(self.last_wake_cpu, Ordering::Relaxed);
