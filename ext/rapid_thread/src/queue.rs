@@ -666,7 +666,7 @@ fn close(rb_self: Value) -> Result<Value, Error> {
         .state
         .with(|s| !std::mem::replace(&mut s.fresh().closed, true));
     if newly {
-        sys::set_closed_flag(rb_self);
+        sys::set_closed_flag::<Queue>(rb_self);
         // Every waiter of both lists is woken, whatever fails on the way.
         wait::finally(wait::wake_all(&q.state, poppers), || {
             wait::wake_all(&q.state, pushers)

@@ -75,15 +75,15 @@ pub fn closed_flag(v: Value) -> bool {
     !special_const(obj) && unsafe { (*(obj as *const rb_sys::RBasic)).flags } & CLOSED_FLAG != 0
 }
 
-/// Sets [`closed_flag`] on a heap object (a queue being closed; the GVL
-/// held, as for every store into an object).
-pub fn set_closed_flag(v: Value) {
-    let obj = v.as_raw();
-    if !special_const(obj) {
-        // SAFETY: as in `closed_flag`; the GVL is held (a method body), so
-        // nobody else writes the header now. A flag is not a reference:
-        // no write barrier.
-        unsafe { (*(obj as *mut rb_sys::RBasic)).flags |= CLOSED_FLAG }
+/// Sets [`closed_flag`] on `v` if it is one of the extension's own `T`
+/// objects, whose header's user flags are the extension's; on any other
+/// object the bit may mean something to Ruby, so it is left alone.
+pub fn set_closed_flag<T: TypedData>(v: Value) {
+    if typed_ref::<T>(&v).is_some() {
+        // SAFETY: `v` is a live heap object (a T_DATA of type `T`); the
+        // GVL is held (a method body), so nobody else writes the header
+        // now. A flag is not a reference: no write barrier.
+        unsafe { (*(v.as_raw() as *mut rb_sys::RBasic)).flags |= CLOSED_FLAG }
     }
 }
 
