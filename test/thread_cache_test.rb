@@ -918,7 +918,18 @@ class ThreadCacheTest < RapidThreadTest
   # few hot workers, and the rest reach idle_timeout and exit although work
   # keeps arriving. (FIFO woke the longest-idle worker each time: a
   # round-robin over all of them, none ever idle long enough to exit.)
+  # Starts from an empty cache. Idle workers left by earlier tests were
+  # woken by their `idle_timeout =` / `max_idle =` resets (setters wake
+  # every idle worker); on one CPU some had not run yet, and a spawn counts
+  # on a woken worker rather than wake another: the first 28 steady spawns
+  # went to 28 of them, one each (CI, 3.4.5, taskset -c 0).
   def burst(n)
+    begin
+      RapidThread.max_idle = 0
+      wait_until(TEST_TIMEOUT / 2, "the idle workers to exit") { RapidThread.cache_stats[:idle].zero? }
+    ensure
+      RapidThread.max_idle = 64
+    end
     q = Thread::Queue.new
     tasks = Array.new(n) { task { q.pop; Thread.current } }
     wait_until { tasks.all? { |t| t.status == "sleep" } }
