@@ -113,8 +113,8 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
 ) -> bool {
     unsafe extern "C" fn run<B: FnOnce()>(arg: *mut c_void) -> *mut c_void {
         // SAFETY: `arg` is the NoGvl on call_without_gvl's stack, alive for
-        // the whole call.
-        let a = &mut *(arg as *mut NoGvl<B>);
+        // the whole call, and nothing else uses it meanwhile.
+        let a = unsafe { &mut *(arg as *mut NoGvl<B>) };
         if let Some(b) = a.body.take() {
             // Ruby hands this native thread's errno back to the thread that
             // comes next, so the body keeps it: under M:N threads (3.3+,
@@ -134,12 +134,17 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
         body: Some(body),
         ran: false,
     };
-    rb_sys::rb_thread_call_without_gvl2(
-        Some(run::<B>),
-        &mut a as *mut NoGvl<B> as *mut c_void,
-        Some(ubf),
-        ubf_arg as *mut c_void,
-    );
+    // SAFETY: `a` outlives the call; `run` only runs `body`, which does
+    // not touch Ruby (the caller's promise), and `ubf_arg` stays valid for
+    // the call (likewise).
+    unsafe {
+        rb_sys::rb_thread_call_without_gvl2(
+            Some(run::<B>),
+            &mut a as *mut NoGvl<B> as *mut c_void,
+            Some(ubf),
+            ubf_arg as *mut c_void,
+        )
+    };
     a.ran
 }
 
@@ -200,7 +205,7 @@ fn yield_phase(a: &YieldArgs) {
 
 unsafe extern "C" fn yield_ubf(arg: *mut c_void) {
     // SAFETY: `arg` is the YieldArgs, alive while the call runs.
-    (*(arg as *const YieldArgs))
+    unsafe { &*(arg as *const YieldArgs) }
         .interrupted
         .store(true, Ordering::Relaxed);
 }

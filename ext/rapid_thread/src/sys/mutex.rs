@@ -98,7 +98,7 @@ unsafe extern "C" fn relock_block(
 ) -> VALUE {
     // SAFETY: `data` is the Relock on mutex_relock_masked's stack, alive for the
     // whole call; nothing here unwinds (errors are caught by protect).
-    let state = &mut *(data as *mut Relock);
+    let state = unsafe { &mut *(data as *mut Relock) };
     let m = state.mutex;
     // Thread#raise and kill are deferred here, but trap handlers (main
     // thread) still run while rb_mutex_lock waits and may raise, exit or
@@ -108,7 +108,9 @@ unsafe extern "C" fn relock_block(
     // context; another fiber of this thread holds it): stock raises it
     // too, without the mutex.
     loop {
-        let r = protect(|| rb_sys::rb_mutex_lock(m));
+        // SAFETY: `m` is the live Mutex the Relock holds (on the caller's
+        // stack, so the GC sees it); a raise is caught by `protect`.
+        let r = protect(|| unsafe { rb_sys::rb_mutex_lock(m) });
         let Err(e) = r else {
             return QNIL;
         };

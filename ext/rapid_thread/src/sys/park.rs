@@ -48,7 +48,8 @@ fn park_phase(w: &Waiter, limit: Duration) {
 /// `arg` is the waiter, alive while its wait runs (Ruby calls the unblock
 /// function only while the wait is in its blocking region).
 pub(super) unsafe extern "C" fn interrupt_waiter(arg: *mut c_void) {
-    let w = &*(arg as *const Waiter);
+    // SAFETY: the caller's promise: `arg` is a live waiter.
+    let w = unsafe { &*(arg as *const Waiter) };
     w.interrupted.store(true, Ordering::SeqCst);
     w.park_word.fetch_or(PARK_INTERRUPTED, Ordering::SeqCst);
     futex_wake(&w.park_word, 1);

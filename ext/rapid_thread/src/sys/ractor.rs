@@ -96,6 +96,8 @@ pub struct ForkCell<T> {
 // other thread of the child can have a reference to the contents (see
 // `get`).
 unsafe impl<T: Sync + Send> Sync for ForkCell<T> {}
+// SAFETY: the cell owns its `T` (or leaks the parent's in a child): moving
+// it to another thread moves a `T`, which is Send.
 unsafe impl<T: Send> Send for ForkCell<T> {}
 
 impl<T> ForkCell<T> {

@@ -219,12 +219,14 @@ pub fn cleanup_during_jump<F: FnOnce()>(jump: Error, cleanup: F) -> Error {
         cleanup: Option<G>,
     }
     unsafe extern "C" fn resume<G>(data: VALUE) -> VALUE {
-        // SAFETY: `data` is the Ctx on cleanup_during_jump's stack.
-        rb_sys::rb_jump_tag((*(data as *const Ctx<G>)).tag);
+        // SAFETY: `data` is the Ctx on cleanup_during_jump's stack;
+        // rb_jump_tag resumes the jump that tag stands for (it does not
+        // return), as rb_ensure's body may.
+        unsafe { rb_sys::rb_jump_tag((*(data as *const Ctx<G>)).tag) };
     }
     unsafe extern "C" fn run<G: FnOnce()>(data: VALUE) -> VALUE {
         // SAFETY: as in `resume`; rb_ensure calls this exactly once.
-        if let Some(f) = (*(data as *mut Ctx<G>)).cleanup.take() {
+        if let Some(f) = unsafe { (*(data as *mut Ctx<G>)).cleanup.take() } {
             f();
         }
         QNIL

@@ -24,24 +24,33 @@ pub type ThreadBody = fn() -> Option<i32>;
 unsafe extern "C" fn thread_entry(arg: *mut c_void) -> VALUE {
     // SAFETY: `arg` is the `ThreadBody` that create_thread cast to a
     // pointer; function pointers round-trip through `*mut c_void`.
-    let body: ThreadBody = std::mem::transmute::<*mut c_void, ThreadBody>(arg);
+    let body: ThreadBody = unsafe { std::mem::transmute::<*mut c_void, ThreadBody>(arg) };
     // A panic must not unwind into Ruby's C frames: end the thread instead
     // (the body's drop guards have run by then).
-    finish_thread(std::panic::catch_unwind(body).unwrap_or(None))
+    let tag = std::panic::catch_unwind(body).unwrap_or(None);
+    // SAFETY: this is a thread's entry frame, which owns nothing.
+    unsafe { finish_thread(tag) }
 }
 
 unsafe extern "C" fn unmasked_thread_entry(arg: *mut c_void) -> VALUE {
     // SAFETY: as in thread_entry.
-    let body: ThreadBody = std::mem::transmute::<*mut c_void, ThreadBody>(arg);
-    finish_thread(run_unmasked(body))
+    let body: ThreadBody = unsafe { std::mem::transmute::<*mut c_void, ThreadBody>(arg) };
+    let tag = run_unmasked(body);
+    // SAFETY: as in thread_entry.
+    unsafe { finish_thread(tag) }
 }
 
+/// Ends a thread's entry function: resumes the kill/exit `tag` (caught by
+/// `protect` deeper down) or returns nil.
+///
+/// # Safety
+/// Called from a thread's entry frame only, which owns nothing to drop:
+/// the jump skips it, and Ruby's own thread start-up code catches it and
+/// ends the thread as killed.
 unsafe fn finish_thread(tag: Option<i32>) -> VALUE {
     if let Some(tag) = tag {
-        // SAFETY: resumes a kill/exit caught by `protect` deeper down. Only
-        // the entry frame, which owns nothing, is jumped over; Ruby's own
-        // thread start-up code catches it and ends the thread as killed.
-        rb_sys::rb_jump_tag(tag);
+        // SAFETY: the caller's promise (see above).
+        unsafe { rb_sys::rb_jump_tag(tag) };
     }
     QNIL
 }
@@ -55,7 +64,7 @@ unsafe extern "C" fn unmasked_block(
 ) -> VALUE {
     // SAFETY: `data` points at the (body, result) pair on run_unmasked's
     // stack, alive for the whole call.
-    let slot = &mut *(data as *mut (ThreadBody, Option<i32>));
+    let slot = unsafe { &mut *(data as *mut (ThreadBody, Option<i32>)) };
     // A panic must not unwind into Ruby's C frames (see thread_entry).
     slot.1 = std::panic::catch_unwind(slot.0).unwrap_or(None);
     QNIL
@@ -295,10 +304,12 @@ pub fn has_user_ivars(thread: VALUE) -> bool {
     unsafe extern "C" fn find(id: rb_sys::ID, _val: VALUE, arg: rb_sys::st_data_t) -> c_int {
         // SAFETY: `arg` is the `bool` below, alive for the whole foreach;
         // rb_id2name returns a NUL-terminated name or NULL.
-        let name = rb_sys::rb_id2name(id);
-        if !name.is_null() && *name == b'@' as c_char {
-            *(arg as *mut bool) = true;
-            return rb_sys::st_retval::ST_STOP as c_int;
+        unsafe {
+            let name = rb_sys::rb_id2name(id);
+            if !name.is_null() && *name == b'@' as c_char {
+                *(arg as *mut bool) = true;
+                return rb_sys::st_retval::ST_STOP as c_int;
+            }
         }
         rb_sys::st_retval::ST_CONTINUE as c_int
     }

@@ -23,6 +23,8 @@ pub struct GvlCell<T>(UnsafeCell<T>);
 // are Ruby methods or GC callbacks), so there is never concurrent access.
 // Our classes are not Ractor-shareable, so one GVL covers every access.
 unsafe impl<T> Sync for GvlCell<T> {}
+// SAFETY: as for Sync: whichever thread holds the GVL is the only one
+// that touches the contents.
 unsafe impl<T> Send for GvlCell<T> {}
 
 impl<T: Default> Default for GvlCell<T> {

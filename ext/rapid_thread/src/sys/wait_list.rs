@@ -318,7 +318,9 @@ impl WaitList {
         };
         w.prev.set(self.tail);
         w.next.set(ptr::null());
-        if let Some(t) = self.tail.as_ref() {
+        // SAFETY: a linked waiter stays at its address until it leaves
+        // (`enter`'s contract), and `leave` unlinks it from its neighbours.
+        if let Some(t) = unsafe { self.tail.as_ref() } {
             t.next.set(w);
         } else {
             self.head = w;
@@ -435,7 +437,7 @@ pub fn while_enlisted<S, R>(
             self.cell.with(|s| (self.list)(s).leave(self.w));
         }
     }
-    // SAFETY (contract of `enter`): `w` is borrowed for this whole call and
+    // SAFETY: (contract of `enter`) `w` is borrowed for this whole call and
     // the guard, which this function owns and nobody can forget, calls
     // `leave` before it returns or unwinds.
     cell.with(|s| unsafe { list(s).enter(w) });
@@ -481,7 +483,7 @@ pub fn while_enlisted_on_each<S, R>(
             entered: Cell::new(0),
         };
         for (i, m) in members.iter().enumerate() {
-            // SAFETY (contract of `enter`): `members` is not touched again
+            // SAFETY: (contract of `enter`) `members` is not touched again
             // until the guard, which nobody can forget, has called `leave`
             // for every member entered.
             cells[i].with(|s| unsafe { list(s).enter(m) });
