@@ -561,3 +561,61 @@ pub fn cpu_budget() -> CpuBudget {
         reason,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: u64 = 1_000_000;
+
+    #[test]
+    fn others_cpu_is_the_machines_busy_time_less_this_processs() {
+        // Over a 100 ms window the machine was busy 150 ms, this process
+        // 50 ms of it: others used one CPU (1000 thousandths).
+        assert_eq!(
+            others_over(1150 * MS, 1000 * MS, 300 * MS, 250 * MS, 100 * MS),
+            Some(1000)
+        );
+        // This process alone: others used nothing, even when the counters
+        // disagree by a little (the process's time read after the machine's).
+        assert_eq!(
+            others_over(1050 * MS, 1000 * MS, 300 * MS, 250 * MS, 100 * MS),
+            Some(0)
+        );
+        assert_eq!(
+            others_over(1040 * MS, 1000 * MS, 300 * MS, 250 * MS, 100 * MS),
+            Some(0)
+        );
+        // No earlier reading, or a forked child's clock that restarted.
+        assert_eq!(
+            others_over(1150 * MS, 0, 300 * MS, 250 * MS, 100 * MS),
+            None
+        );
+        assert_eq!(
+            others_over(1150 * MS, 1000 * MS, 10 * MS, 250 * MS, 100 * MS),
+            None
+        );
+        // A zero-length window does not divide by zero.
+        assert_eq!(others_over(1000 * MS + 1, 1000 * MS, 0, 0, 0), Some(1000));
+    }
+
+    #[test]
+    fn a_spin_is_cut_to_the_deadline() {
+        let spin = Duration::from_micros(50);
+        assert_eq!(until_deadline(spin, None), spin);
+        assert_eq!(
+            until_deadline(spin, Some(Instant::now() + Duration::from_secs(5))),
+            spin
+        );
+        let past = Instant::now()
+            .checked_sub(Duration::from_millis(1))
+            .unwrap();
+        assert_eq!(until_deadline(spin, Some(past)), Duration::ZERO);
+        assert!(
+            until_deadline(
+                Duration::from_secs(10),
+                Some(Instant::now() + Duration::from_millis(5))
+            ) <= Duration::from_millis(5)
+        );
+    }
+}

@@ -339,16 +339,44 @@ pub fn timeout_duration(timeout: Value) -> Result<Option<Duration>, Error> {
     if t == QNIL {
         return Ok(None);
     }
-    let secs = sys::num2dbl(t)?;
+    Ok(Some(timeout_from_secs(sys::num2dbl(t)?)))
+}
+
+/// Seconds as a wait's length: NaN and negatives do not wait, too large
+/// for a Duration (infinity included) is "no deadline" (`Duration::MAX`,
+/// which `deadline_after` turns into None).
+fn timeout_from_secs(secs: f64) -> Duration {
     if secs.is_nan() || secs <= 0.0 {
-        return Ok(Some(Duration::ZERO));
+        return Duration::ZERO;
     }
-    Ok(Some(
-        Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX),
-    ))
+    Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX)
 }
 
 /// The monotonic deadline for a timeout (None: wait forever).
 pub fn deadline_after(d: Option<Duration>) -> Option<Instant> {
     d.and_then(|d| Instant::now().checked_add(d))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_convert_as_ruby_3_2s_queue_does() {
+        assert_eq!(timeout_from_secs(0.0), Duration::ZERO);
+        assert_eq!(timeout_from_secs(-0.0), Duration::ZERO);
+        assert_eq!(timeout_from_secs(-1.5), Duration::ZERO);
+        assert_eq!(timeout_from_secs(f64::NAN), Duration::ZERO);
+        assert_eq!(timeout_from_secs(f64::NEG_INFINITY), Duration::ZERO);
+        assert_eq!(timeout_from_secs(1e-9), Duration::from_nanos(1));
+        assert_eq!(timeout_from_secs(0.25), Duration::from_millis(250));
+        assert_eq!(timeout_from_secs(3.0), Duration::from_secs(3));
+        assert_eq!(timeout_from_secs(f64::INFINITY), Duration::MAX);
+        assert_eq!(timeout_from_secs(1e300), Duration::MAX);
+        // Too far for the clock: no deadline rather than a wrapped one.
+        assert_eq!(deadline_after(Some(Duration::MAX)), None);
+        assert_eq!(deadline_after(None), None);
+        let soon = deadline_after(Some(Duration::from_secs(1))).unwrap();
+        assert!(soon > Instant::now());
+    }
 }

@@ -335,6 +335,12 @@ extern "C" fn after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
 }
 
+/// What a fork does to the fork generation, for the unit tests.
+#[cfg(test)]
+pub(crate) fn simulate_fork() {
+    after_fork_child();
+}
+
 /// Registers the child-side `pthread_atfork` handler that bumps the fork
 /// generation. Ruby's `fork` goes through fork(2), so the handler runs in
 /// every child.

@@ -494,3 +494,155 @@ pub fn while_enlisted_on_each<S, R>(
     let woken_by = members.iter().position(|m| m.signaled());
     (result, woken_by)
 }
+
+// The list's logic on plain Rust data: waiters whose `thread` is just an
+// id, lists in cells only these tests touch (one thread each, no Ruby).
+// `cargo test -- --test-threads=1`: one test simulates a fork, which every
+// list notices.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waiter(id: VALUE) -> Waiter {
+        Waiter::new(id, QNIL, QNIL, QNIL)
+    }
+
+    fn list(l: &mut WaitList) -> &mut WaitList {
+        l
+    }
+
+    fn pop(cell: &GvlCell<WaitList>, from_head: bool) -> Option<VALUE> {
+        cell.with(|l| l.hand_out(from_head).map(|w| w.thread))
+    }
+
+    fn counts(cell: &GvlCell<WaitList>) -> (usize, usize, bool) {
+        cell.with(|l| (l.waiting(), l.handed_out(), l.is_empty()))
+    }
+
+    /// Runs `body` with waiters `ids` enlisted in that order.
+    fn enlisted<R>(cell: &GvlCell<WaitList>, ids: &[VALUE], body: impl FnOnce() -> R) -> R {
+        match ids.split_first() {
+            None => body(),
+            Some((&id, rest)) => {
+                let w = waiter(id);
+                while_enlisted(cell, list, &w, || enlisted(cell, rest, body))
+            }
+        }
+    }
+
+    #[test]
+    fn pop_front_is_fifo_and_pop_back_lifo() {
+        let cell = GvlCell::new(WaitList::new());
+        enlisted(&cell, &[1, 2, 3, 4], || {
+            assert_eq!(pop(&cell, true), Some(1));
+            assert_eq!(pop(&cell, false), Some(4));
+            assert_eq!(pop(&cell, true), Some(2));
+            assert_eq!(pop(&cell, true), Some(3));
+            assert_eq!(pop(&cell, true), None);
+            assert_eq!(pop(&cell, false), None);
+            // Handed out, still counted until each leaves its wait.
+            assert_eq!(counts(&cell), (4, 4, true));
+        });
+        assert_eq!(counts(&cell), (0, 0, true));
+    }
+
+    #[test]
+    fn a_waiter_leaving_from_the_middle_or_an_end_keeps_the_order() {
+        let cell = GvlCell::new(WaitList::new());
+        for leaving in [1, 2, 3] {
+            enlisted(&cell, &[1], || {
+                let w2 = waiter(2);
+                while_enlisted(&cell, list, &w2, || {
+                    enlisted(&cell, &[3], || {
+                        // The waiter `leaving` leaves (a timeout, an
+                        // interrupt) without being woken.
+                        let w = cell.with(|l| {
+                            let mut p = l.head;
+                            // SAFETY: every linked waiter is alive here.
+                            while let Some(w) = unsafe { p.as_ref() } {
+                                if w.thread == leaving {
+                                    return w as *const Waiter;
+                                }
+                                p = w.next.get();
+                            }
+                            ptr::null()
+                        });
+                        // SAFETY: found on the list above, so alive; it
+                        // leaves once here and once more (a no-op for the
+                        // links) when its own `while_enlisted` ends, which
+                        // the count below allows for.
+                        cell.with(|l| l.unlink(unsafe { &*w }));
+                        let mut rest = vec![];
+                        while let Some(id) = pop(&cell, true) {
+                            rest.push(id);
+                        }
+                        let expected: Vec<VALUE> =
+                            [1, 2, 3].into_iter().filter(|&i| i != leaving).collect();
+                        assert_eq!(rest, expected);
+                        assert_eq!(counts(&cell), (3, 3, true));
+                    })
+                })
+            });
+            assert_eq!(counts(&cell), (0, 0, true));
+        }
+    }
+
+    #[test]
+    fn every_way_out_of_a_wait_leaves_the_list() {
+        let cell = GvlCell::new(WaitList::new());
+        // Woken, not woken, and a panic out of the wait (a Ruby jump is
+        // caught and returned as an error before it reaches here; a panic
+        // is the one unwind through these frames).
+        enlisted(&cell, &[1, 2], || assert_eq!(pop(&cell, true), Some(1)));
+        assert_eq!(counts(&cell), (0, 0, true));
+        let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            enlisted(&cell, &[1, 2, 3], || {
+                assert_eq!(counts(&cell), (3, 0, false));
+                panic!("out of the wait");
+            })
+        }));
+        assert!(unwound.is_err());
+        assert_eq!(counts(&cell), (0, 0, true));
+        assert_eq!(pop(&cell, true), None);
+    }
+
+    #[test]
+    fn a_group_woken_through_one_list_is_passed_over_on_the_others() {
+        let (a, b) = (GvlCell::new(WaitList::new()), GvlCell::new(WaitList::new()));
+        let head = waiter(7);
+        let ((), woken_by) = while_enlisted_on_each(&head, &[&a, &b], list, || {
+            enlisted(&b, &[8], || {
+                let w = a.with(|l| l.pop_front().map(|w| (w.thread, w.signal().thread)));
+                assert_eq!(w, Some((7, 7)));
+                assert!(head.signaled());
+                // On `b` the group's member comes first, but its group has
+                // been woken: the wake-up goes to the next waiter.
+                assert_eq!(pop(&b, true), Some(8));
+                assert_eq!(pop(&b, true), None);
+            })
+        });
+        assert_eq!(woken_by, Some(0));
+        assert_eq!((counts(&a), counts(&b)), ((0, 0, true), (0, 0, true)));
+    }
+
+    #[test]
+    fn a_forked_child_forgets_the_parents_waiters() {
+        let cell = GvlCell::new(WaitList::new());
+        enlisted(&cell, &[1, 2], || {
+            // The child: its lists forget every waiter (`forget_all`, on
+            // the first use after the fork), and waiters that entered in
+            // the parent leave nothing behind (their neighbours' frames
+            // are the parent's).
+            crate::sys::values::simulate_fork();
+            cell.with(WaitList::forget_all);
+            assert_eq!(counts(&cell), (0, 0, true));
+            enlisted(&cell, &[3], || {
+                assert_eq!(counts(&cell), (1, 0, false));
+            });
+            assert_eq!(counts(&cell), (0, 0, true));
+        });
+        // The parent's two waiters left in the child: nothing changed.
+        assert_eq!(counts(&cell), (0, 0, true));
+        assert_eq!(pop(&cell, true), None);
+    }
+}
