@@ -76,14 +76,18 @@ pub struct Queue {
 }
 
 impl DataTypeFunctions for Queue {
-    fn mark(&self, _: &Marker) {
-        self.state
-            .with(|s| s.items.iter().for_each(|v| sys::mark_movable(*v)));
+    fn mark(&self, m: &Marker) {
+        sys::mark_from(m, &self.state, |s, mark| {
+            s.items.iter().for_each(|&v| mark(v))
+        });
     }
 
-    fn compact(&self, _: &Compactor) {
-        self.state
-            .with(|s| s.items.iter_mut().for_each(|v| *v = sys::gc_location(*v)));
+    fn compact(&self, c: &Compactor) {
+        self.state.with(|s| {
+            s.items
+                .iter_mut()
+                .for_each(|v| *v = sys::gc_location(c, *v))
+        });
     }
 
     fn size(&self) -> usize {

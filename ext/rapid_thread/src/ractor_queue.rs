@@ -121,17 +121,19 @@ impl Default for RactorQueue {
 }
 
 impl DataTypeFunctions for RactorQueue {
-    fn mark(&self, _: &Marker) {
+    fn mark(&self, m: &Marker) {
         // Copied out, then marked with the lock released: marking also runs
         // outside a GC (ObjectSpace.reachable_objects_from), whose callback
         // allocates and can start a GC that marks this queue again.
         let items: Vec<VALUE> = self.shared.get().lock().items.iter().copied().collect();
-        items.iter().for_each(|v| sys::mark_movable(*v));
+        items.iter().for_each(|v| sys::mark_movable(m, *v));
     }
 
-    fn compact(&self, _: &Compactor) {
+    fn compact(&self, c: &Compactor) {
         let mut s = self.shared.get().lock();
-        s.items.iter_mut().for_each(|v| *v = sys::gc_location(*v));
+        s.items
+            .iter_mut()
+            .for_each(|v| *v = sys::gc_location(c, *v));
     }
 
     fn size(&self) -> usize {

@@ -169,12 +169,13 @@ pub struct Task {
 }
 
 impl DataTypeFunctions for Task {
-    fn mark(&self, _: &Marker) {
-        self.state
-            .with(|s| s.marked_values().into_iter().for_each(sys::mark_movable));
+    fn mark(&self, m: &Marker) {
+        sys::mark_from(m, &self.state, |s, mark| {
+            s.marked_values().into_iter().for_each(mark)
+        });
     }
 
-    fn compact(&self, _: &Compactor) {
+    fn compact(&self, c: &Compactor) {
         self.state.with(|s| {
             // In a forked child a task that was Running lets go of its
             // worker first: that thread is dead here and, unmarked, may be
@@ -182,7 +183,7 @@ impl DataTypeFunctions for Task {
             s.fresh()
                 .values_mut()
                 .into_iter()
-                .for_each(|v| *v = sys::gc_location(*v))
+                .for_each(|v| *v = sys::gc_location(c, *v))
         });
     }
 }

@@ -4,6 +4,7 @@ use std::cell::UnsafeCell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use magnus::gc::{Compactor, Marker};
 use magnus::rb_sys::{protect, AsRawValue, FromRawValue};
 use magnus::{Error, TypedData, Value};
 use rb_sys::{ruby_value_type, VALUE};
@@ -181,17 +182,42 @@ pub fn write_barrier(parent: VALUE, child: VALUE) {
     }
 }
 
-/// Marks `v` for the GC, allowing compaction to move it.
+/// Marks `v` for the GC, allowing compaction to move it. The `Marker`
+/// (which only a dmark callback is given) proves where it is called from.
 #[inline(always)]
-pub fn mark_movable(v: VALUE) {
-    // SAFETY: called from a dmark callback with a VALUE we hold.
+pub fn mark_movable(_: &Marker, v: VALUE) {
+    // SAFETY: inside a dmark callback (the Marker), with a VALUE the
+    // object holds.
     unsafe { rb_sys::rb_gc_mark_movable(v) }
 }
 
-/// The new address of `v` after compaction.
+/// Marks the VALUEs `values` hands its visitor from `cell`'s contents. Marking also
+/// runs outside a GC (`ObjectSpace.reachable_objects_from`), whose mark
+/// function allocates and can start a GC that marks the same object: the
+/// values are then copied out and marked after the cell is let go, so
+/// that the nested mark's `with` is not inside this one. In a GC nothing
+/// runs Ruby code meanwhile: marked in place, no copy.
+pub fn mark_from<T>(
+    m: &Marker,
+    cell: &GvlCell<T>,
+    values: impl FnOnce(&mut T, &mut dyn FnMut(VALUE)),
+) {
+    // SAFETY: reads the GC's own flag; the GVL is held (a mark callback).
+    if unsafe { rb_sys::rb_during_gc() } != 0 {
+        cell.with(|s| values(s, &mut |v| mark_movable(m, v)));
+    } else {
+        let mut held = Vec::new();
+        cell.with(|s| values(s, &mut |v| held.push(v)));
+        held.into_iter().for_each(|v| mark_movable(m, v));
+    }
+}
+
+/// The new address of `v` after compaction. The `Compactor` (which only a
+/// dcompact callback is given) proves where it is called from.
 #[inline(always)]
-pub fn gc_location(v: VALUE) -> VALUE {
-    // SAFETY: called from a dcompact callback with a VALUE we marked.
+pub fn gc_location(_: &Compactor, v: VALUE) -> VALUE {
+    // SAFETY: inside a dcompact callback (the Compactor), with a VALUE the
+    // object marked.
     unsafe { rb_sys::rb_gc_location(v) }
 }
 

@@ -233,12 +233,12 @@ fn with<R>(f: impl FnOnce(&mut Pool) -> R) -> R {
 struct Roots;
 
 impl DataTypeFunctions for Roots {
-    fn mark(&self, _: &Marker) {
-        POOL.with(|p| p.values_mut().for_each(|v| sys::mark_movable(*v)));
+    fn mark(&self, m: &Marker) {
+        sys::mark_from(m, &POOL, |p, mark| p.values_mut().for_each(|v| mark(*v)));
     }
 
-    fn compact(&self, _: &Compactor) {
-        POOL.with(|p| p.values_mut().for_each(|v| *v = sys::gc_location(*v)));
+    fn compact(&self, c: &Compactor) {
+        POOL.with(|p| p.values_mut().for_each(|v| *v = sys::gc_location(c, *v)));
     }
 }
 
