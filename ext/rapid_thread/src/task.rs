@@ -12,6 +12,7 @@
 //! will get a worker) comes through the hooks the pool registers at load
 //! time, [`on_pending`].
 
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -148,8 +149,10 @@ impl State {
 /// unknown). A new task's joiner list starts from it, so that a join right
 /// after recent completions spins (or parks) for the hand-off as a busy
 /// queue's pop does (crate::spin, ACTIVE_WINDOW), while joins of
-/// long-running tasks go straight to sleep.
-static LAST_FINISH: GvlCell<(u64, i32)> = GvlCell::new((0, -1));
+/// long-running tasks go straight to sleep. Atomics (a torn pair only
+/// misjudges one join's plan), as `PROCESS_LAST_WAKE_NS` in sys.
+static LAST_FINISH_NS: AtomicU64 = AtomicU64::new(0);
+static LAST_FINISH_CPU: AtomicI32 = AtomicI32::new(-1);
 
 fn joiners(s: &mut State) -> &mut WaitList {
     &mut s.fresh().joiners
@@ -226,8 +229,10 @@ impl Task {
                 priority,
                 joiners: {
                     let mut l = WaitList::new();
-                    let (at, cpu) = LAST_FINISH.with(|t| *t);
-                    l.set_last_wake(at, cpu);
+                    l.set_last_wake(
+                        LAST_FINISH_NS.load(Ordering::Relaxed),
+                        LAST_FINISH_CPU.load(Ordering::Relaxed),
+                    );
                     l
                 },
                 fork_gen: sys::fork_generation(),
@@ -287,7 +292,8 @@ impl Task {
             s.thread = QNIL;
             s.block = QNIL;
         });
-        LAST_FINISH.with(|t| *t = (sys::monotonic_ns(), sys::waker_cpu()));
+        LAST_FINISH_NS.store(sys::monotonic_ns(), Ordering::Relaxed);
+        LAST_FINISH_CPU.store(sys::waker_cpu(), Ordering::Relaxed);
         wait::wake_all(&self.state, joiners)
     }
 

@@ -1,6 +1,6 @@
 //! Values, typed data, the GVL-guarded cell, the GC and fork generation.
 
-use std::cell::UnsafeCell;
+use std::cell::{Cell, UnsafeCell};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,39 +17,119 @@ use rb_sys::{ruby_value_type, VALUE};
 ///
 /// Ruby runs at most one thread of a ractor at a time, and every method of
 /// our classes (and the GC's mark/compact callbacks) run with the GVL held,
-/// so accesses are serialised by the GVL itself and need no lock.
-pub struct GvlCell<T>(UnsafeCell<T>);
+/// so accesses are serialised by the GVL itself and need no lock. The cell
+/// is not `Sync`: safe code cannot share it with a thread of its own. A
+/// `with` inside another `with` of the same cell (directly, or through
+/// Ruby code that `f` ran: a GC marking the object, another thread taking
+/// the GVL) would alias the `&mut`: it aborts the process instead.
+pub struct GvlCell<T> {
+    value: UnsafeCell<T>,
+    busy: Cell<bool>,
+}
 
-// SAFETY: all access goes through `with`, whose callers hold the GVL (they
-// are Ruby methods or GC callbacks), so there is never concurrent access.
-// Our classes are not Ractor-shareable, so one GVL covers every access.
-unsafe impl<T> Sync for GvlCell<T> {}
-// SAFETY: as for Sync: whichever thread holds the GVL is the only one
-// that touches the contents.
-unsafe impl<T> Send for GvlCell<T> {}
+// SAFETY: moving the cell moves its `T` (Send) and a flag; the cell is
+// used only by the thread holding the GVL wherever it lives (Ruby objects
+// move between Ruby threads, which is what Send means for typed data).
+unsafe impl<T: Send> Send for GvlCell<T> {}
 
 impl<T: Default> Default for GvlCell<T> {
     fn default() -> Self {
-        GvlCell(UnsafeCell::new(T::default()))
+        GvlCell::new(T::default())
     }
 }
 
 impl<T> GvlCell<T> {
     pub const fn new(v: T) -> Self {
-        GvlCell(UnsafeCell::new(v))
+        GvlCell {
+            value: UnsafeCell::new(v),
+            busy: Cell::new(false),
+        }
     }
 
-    /// Runs `f` with exclusive access to the contents.
-    ///
-    /// The caller must hold the GVL, and `f` must not call back into Ruby
-    /// (no allocation, no method calls): Ruby could otherwise run the GC
-    /// (which reads the cell from `mark`) or switch threads in the middle.
+    /// Runs `f` with exclusive access to the contents. `f` should not
+    /// call back into Ruby (no allocation, no method calls): Ruby could run
+    /// the GC (which reads the cell from `mark`) or switch threads in the
+    /// middle, and either would abort here (see the type).
     #[inline(always)]
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        // SAFETY: see the type-level comment; `f` cannot re-enter Ruby, so
-        // no other reference to the contents exists while it runs.
-        unsafe { f(&mut *self.0.get()) }
+        if self.busy.replace(true) {
+            reentered();
+        }
+        // Cleared on every way out; a panic through `f` leaves it set, and
+        // the next `with` aborts rather than see half-updated contents.
+        // SAFETY: `busy` was clear, so no other reference to the contents
+        // exists (every access goes through here), and the cell is not
+        // Sync, so no other OS thread can be here at the same time.
+        let r = f(unsafe { &mut *self.value.get() });
+        self.busy.set(false);
+        r
     }
+}
+
+/// A `with` inside a `with` of the same cell: a bug; no way to go on.
+#[cold]
+#[inline(never)]
+fn reentered() -> ! {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "rapid_thread: a GvlCell was entered twice (a bug); aborting"
+    );
+    std::process::abort()
+}
+
+/// A `static` [`GvlCell`]: shared by every thread of the process, so each
+/// `with` checks that the caller holds the GVL (`ruby_thread_has_gvl_p`,
+/// false on a thread Ruby does not know and inside a blocking region) and
+/// aborts otherwise. Only the main Ractor reaches these: the methods that
+/// do are not Ractor-safe.
+pub struct GvlStatic<T>(GvlCell<T>);
+
+// SAFETY: every access goes through `GvlStatic::with`, which aborts unless
+// the caller holds the GVL; holders of the GVL run one at a time, and the
+// `GvlCell` inside refuses re-entry by the holder itself.
+unsafe impl<T: Send> Sync for GvlStatic<T> {}
+
+extern "C" {
+    /// ruby/thread.h (not in rb-sys's bindings).
+    fn ruby_thread_has_gvl_p() -> std::os::raw::c_int;
+}
+
+impl<T> GvlStatic<T> {
+    pub const fn new(v: T) -> Self {
+        GvlStatic(GvlCell::new(v))
+    }
+
+    /// As [`GvlCell::with`], after checking for the GVL.
+    #[inline]
+    pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        // SAFETY: a plain query of the current native thread's state.
+        if unsafe { ruby_thread_has_gvl_p() } == 0 {
+            without_the_gvl();
+        }
+        self.0.with(f)
+    }
+
+    /// The cell, for the helpers that take one (`wait::enlisted`,
+    /// `wait::wake_*`), once the GVL has been checked.
+    pub fn cell(&self) -> &GvlCell<T> {
+        // SAFETY: a plain query of the current native thread's state.
+        if unsafe { ruby_thread_has_gvl_p() } == 0 {
+            without_the_gvl();
+        }
+        &self.0
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn without_the_gvl() -> ! {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "rapid_thread: process-wide state touched without the GVL (a bug); aborting"
+    );
+    std::process::abort()
 }
 
 // ---------------------------------------------------------------------------

@@ -261,6 +261,12 @@ fn process_last_wake() -> (u64, i32) {
     }
 }
 
+// SAFETY: a list is touched only by the thread holding the GVL, wherever
+// the object that owns it goes (Ruby objects move between Ruby threads,
+// which is what Send means for typed data); its waiters live on the
+// stacks of Ruby threads, which leave the list before their frames go.
+unsafe impl Send for WaitList {}
+
 impl Default for WaitList {
     fn default() -> Self {
         WaitList::new()

@@ -36,7 +36,7 @@ use magnus::{
 use rb_sys::VALUE;
 
 use crate::errors;
-use crate::sys::{self, GvlCell, WaitList, QNIL};
+use crate::sys::{self, GvlStatic, WaitList, QNIL};
 use crate::task::{Phase, Task};
 use crate::wait::{self, End};
 
@@ -207,7 +207,7 @@ impl Pool {
     }
 }
 
-static POOL: GvlCell<Pool> = GvlCell::new(Pool::new());
+static POOL: GvlStatic<Pool> = GvlStatic::new(Pool::new());
 
 fn idle(p: &mut Pool) -> &mut WaitList {
     &mut p.fresh().idle
@@ -234,7 +234,9 @@ struct Roots;
 
 impl DataTypeFunctions for Roots {
     fn mark(&self, m: &Marker) {
-        sys::mark_from(m, &POOL, |p, mark| p.values_mut().for_each(|v| mark(*v)));
+        sys::mark_from(m, POOL.cell(), |p, mark| {
+            p.values_mut().for_each(|v| mark(*v))
+        });
     }
 
     fn compact(&self, c: &Compactor) {
@@ -467,7 +469,7 @@ fn poll_pending(task: VALUE) -> Result<(), Error> {
 /// start a worker now when no worker can take them.
 fn dispatch() -> Result<(), Error> {
     if with(Pool::must_wake_idle) {
-        return wait::wake_newest(&POOL, idle);
+        return wait::wake_newest(POOL.cell(), idle);
     }
     // As Thread.new, refused once the process is ending (sys::create_thread
     // says why; the monitor, told to end, may not have yet).
@@ -502,7 +504,7 @@ fn ensure_progress() -> Result<(), Error> {
     // A join finds an idle worker nobody woke (the monitor that would
     // have, on its tick, was killed): wake it.
     if with(Pool::must_wake_idle) {
-        return wait::wake_newest(&POOL, idle);
+        return wait::wake_newest(POOL.cell(), idle);
     }
     if !can_progress()? {
         with(|p| p.wanted += 1);
@@ -536,7 +538,7 @@ fn ensure_progress_if_orphaned() -> Result<(), Error> {
         return Ok(());
     }
     if with(Pool::must_wake_idle) {
-        return wait::wake_newest(&POOL, idle);
+        return wait::wake_newest(POOL.cell(), idle);
     }
     // Refused: the next poll tries again.
     let _refused = try_arm_monitor()?;
@@ -707,7 +709,7 @@ fn set_idle_timeout(secs: f64) -> Result<f64, Error> {
     let d = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
     with(|p| p.idle_timeout = d);
     // Idle workers re-check their deadline against the new timeout.
-    wait::wake_all(&POOL, idle)?;
+    wait::wake_all(POOL.cell(), idle)?;
     Ok(secs)
 }
 
@@ -721,7 +723,7 @@ fn set_max_idle(n: i64) -> Result<i64, Error> {
     }
     with(|p| p.max_idle = n as usize);
     // Idle workers over the new limit exit.
-    wait::wake_all(&POOL, idle)?;
+    wait::wake_all(POOL.cell(), idle)?;
     Ok(n)
 }
 

@@ -115,7 +115,7 @@ pub(super) fn grow_if_stalled(
     batch: &mut usize,
 ) -> Result<(), Error> {
     if with(Pool::must_wake_idle) {
-        return wait::wake_newest(&POOL, idle);
+        return wait::wake_newest(POOL.cell(), idle);
     }
     let (pending, started) = with(|p| (p.has_pending(), p.started));
     if started != *seen {
@@ -149,7 +149,7 @@ pub(super) fn grow_if_stalled(
             // The idle workers woken for the tasks are held up: another
             // idle one takes a task rather than a new thread.
             *since = Instant::now();
-            return wait::wake_newest(&POOL, idle);
+            return wait::wake_newest(POOL.cell(), idle);
         }
         1
     } else {

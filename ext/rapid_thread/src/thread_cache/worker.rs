@@ -147,10 +147,17 @@ pub(super) fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Err
         if sys::process_ending()? {
             return Ok(None);
         }
-        sent = wait::enlisted(&POOL, idle, End::Newest, QNIL, Pool::has_pending, |w| {
-            wait::block(w, deadline, false)?;
-            Ok(w.signaled())
-        })?;
+        sent = wait::enlisted(
+            POOL.cell(),
+            idle,
+            End::Newest,
+            QNIL,
+            Pool::has_pending,
+            |w| {
+                wait::block(w, deadline, false)?;
+                Ok(w.signaled())
+            },
+        )?;
     }
 }
 
