@@ -156,7 +156,7 @@ class BadInputTest < RapidThreadTest
   # wrappers catch it and raise Ruby's `fatal` instead: the process stops
   # with a message naming the panic, never with a signal (segfault, abort).
   def test_a_panic_never_crosses_into_ruby
-    _out, err, status = run_ruby("RapidThread.__panic_for_tests")
+    _out, err, status = run_ruby("bad_input/a_panic_never_crosses_into_ruby")
     refute status.signaled?, "killed by a signal: #{status.inspect}"
     refute status.success?
     assert_match(/deliberate panic for the FFI-boundary test \(fatal\)/, err)

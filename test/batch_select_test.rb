@@ -432,7 +432,7 @@ class BatchSelectTest < RapidThreadTest
   end
 
   def test_lone_select_is_a_deadlock
-    assert_deadlocks("RapidThread.select(RapidThread::Queue.new, RapidThread::Queue.new)")
+    assert_deadlocks("batch_select/lone_select_is_a_deadlock")
   end
 
   def test_fork_forgets_selectors

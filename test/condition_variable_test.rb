@@ -212,7 +212,7 @@ class ConditionVariableTest < RapidThreadTest
   end
 
   def test_lone_wait_is_a_deadlock
-    assert_deadlocks("m = Thread::Mutex.new; m.synchronize { RapidThread::ConditionVariable.new.wait(m) }")
+    assert_deadlocks("condition_variable/lone_wait_is_a_deadlock")
   end
 
   def test_fork_forgets_waiters
@@ -262,36 +262,8 @@ class ConditionVariableTest < RapidThreadTest
   # mutex held and `synchronize` releases it. A re-lock that gave up the
   # mutex turned it into a ThreadError.
   def test_trap_handler_error_during_the_relock_matches_stock
-    script = <<~'RUBY'
-      impl = ARGV[0] == "stock" ? Thread::ConditionVariable : RapidThread::ConditionVariable
-      m = Thread::Mutex.new
-      cv = impl.new
-      [-> { raise "boom from trap" }, -> { exit 3 }].each do |handler|
-        trap("USR1") { handler.call }
-        waiting = false
-        t = Thread.new do
-          Thread.pass until waiting && Thread.main.stop?
-          m.synchronize do
-            cv.signal
-            # The main thread is now trying to take the mutex back.
-            Thread.pass until Thread.main.stop?
-            Process.kill(:USR1, Process.pid)
-            Thread.pass until Thread.main.status == "run" || Thread.main.stop?
-          end
-        end
-        begin
-          m.synchronize { waiting = true; cv.wait(m) }
-          puts "woke"
-        rescue Exception => e # rubocop:disable Lint/RescueException
-          puts "#{e.class}: #{e.message}"
-        end
-        t.join
-        puts "locked after: #{m.locked?}"
-      end
-    RUBY
     outs = %w[stock gem].map do |impl|
-      out, err, status = Open3.capture3(RbConfig.ruby, "-I#{File.expand_path('../lib', __dir__)}", "-rrapid_thread",
-                                         "-e", script, impl, stdin_data: "", timeout: 30)
+      out, err, status = run_ruby("condition_variable/trap_handler_error_during_the_relock_matches_stock", impl)
       assert status.success?, "#{impl}: #{status.inspect}\n#{err}"
       out
     end

@@ -493,28 +493,13 @@ class ExecutorTest < RapidThreadTest
 
   def test_a_process_with_idle_workers_exits_without_waiting
     t0 = now
-    out = child_output(<<~'RUBY', timeout: 20, quiet: true)
-      RapidThread.idle_timeout = 30
-      ex = RapidThread::Executor.new(idletime: 60)
-      q = RapidThread::Queue.new
-      3.times { |i| ex.post { q << i; sleep if i.zero? } }
-      3.times { q.pop }
-      print "ok"
-    RUBY
+    out = child_output("executor/a_process_with_idle_workers_exits_without_waiting", timeout: 20, quiet: true)
     assert_equal "ok", out
     assert_operator now - t0, :<, 15
   end
 
   def test_without_concurrent_ruby_abort_raises_the_gems_error
-    out = child_output(<<~'RUBY', quiet: true)
-      ex = RapidThread::Executor.new
-      ex.shutdown
-      begin
-        ex.post { 1 }
-      rescue => e
-        print e.class, " ", defined?(Concurrent).inspect, " ", ex.is_a?(Object)
-      end
-    RUBY
+    out = child_output("executor/without_concurrent_ruby_abort_raises_the_gems_error", quiet: true)
     assert_equal "RapidThread::RejectedExecutionError nil true", out
   end
 end
@@ -574,7 +559,7 @@ class ExecutorConcurrentRubyTest < RapidThreadTest
   # child (the change is process-wide): Promises.future, Future, TimerTask
   # and the :fast executor then run on the gem's executors.
   def test_replace_global_executors
-    out = child_output("require #{File.expand_path('support/executor_globals', __dir__).dump}", quiet: true)
+    out = child_output(File.expand_path("support/executor_globals.rb", __dir__), quiet: true)
     assert_equal "io fast future timer_task rerun same\n", out
   end
 end

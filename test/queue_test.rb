@@ -277,34 +277,16 @@ class QueueTest < RapidThreadTest
     # as a background job of a non-interactive shell, as `cmd &` in a
     # script does), and Ruby keeps it ignored: Process.kill(:INT, $$) is
     # then dropped, and stock's pop hangs the same way.
-    out = child_output(<<~RUBY)
-      trap(:INT, "DEFAULT")
-      q = RapidThread::Queue.new
-      Thread.new { sleep 30 }
-      Thread.new do
-        Thread.pass until q.num_waiting == 1
-        Process.kill(:INT, Process.pid)
-        sleep 30
-      end
-      begin
-        q.pop
-      rescue Interrupt
-        puts "interrupted, waiting=\#{q.num_waiting}"
-      end
-    RUBY
+    out = child_output("queue/sigint_interrupts_a_blocked_pop")
     assert_equal "interrupted, waiting=0\n", out
   end
 
   def test_lone_pop_is_a_deadlock
-    assert_deadlocks("RapidThread::Queue.new.pop")
+    assert_deadlocks("queue/lone_pop_is_a_deadlock")
   end
 
   def test_all_threads_blocked_is_a_deadlock
-    assert_deadlocks(<<~RUBY)
-      q = RapidThread::Queue.new
-      Thread.new { q.pop }
-      q.pop
-    RUBY
+    assert_deadlocks("queue/all_threads_blocked_is_a_deadlock")
   end
 
   def test_fork_forgets_waiters_and_keeps_items

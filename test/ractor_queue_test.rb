@@ -9,38 +9,13 @@ require_relative "support/fiber_scheduler"
 # rest of the suite. Under RAPID_THREAD_GC_STRESS the children run under
 # GC.stress too, with smaller counts.
 class RactorQueueTest < RapidThreadTest
-  PRELUDE = <<~RUBY
-    Warning[:experimental] = false
-    STRESS = #{GC_STRESS ? 'true' : 'false'}
-    def n(count) = STRESS ? [count / 50, 2].max : count
-    def wait_for(limit = 10)
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + limit
-      until yield
-        raise "timed out waiting" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-        Thread.pass
-      end
-    end
-    RQ = RapidThread::RactorQueue
-    # Consumer Ractors that pop until q is closed and drained; each
-    # returns what it got.
-    def consumers(q, count)
-      Array.new(count) do
-        Ractor.new(q) do |qq|
-          seen = []
-          while (v = qq.pop)
-            seen << v
-          end
-          seen
-        end
-      end
-    end
-  RUBY
-
-  # Runs `code` in a child (with PRELUDE) and returns its stdout; the child
-  # must succeed and print nothing on stderr.
-  def ractors(code, stress: GC_STRESS, timeout: GC_STRESS ? 240 : 30)
-    body = PRELUDE + (stress ? "GC.stress = true\n" : "") + code
-    out, err, status = run_ruby(body, timeout: timeout)
+  # Runs the child script `name` (which requires children/ractor_queue/
+  # prelude.rb) and returns its stdout; the child must succeed and print
+  # nothing on stderr. Its counts are scaled down under GC_STRESS; `stress`
+  # runs it under GC.stress.
+  def ractors(name, stress: GC_STRESS, timeout: GC_STRESS ? 240 : 30)
+    args = [*("small" if GC_STRESS), *("gc_stress" if stress)]
+    out, err, status = run_ruby(name, *args, timeout: timeout)
     assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
     assert_equal "", err.gsub(/^.*warning: Ractor is experimental.*\n/, "")
     out
@@ -164,15 +139,7 @@ class RactorQueueTest < RapidThreadTest
   # It used to wait for its own lock, forever. In a child: a hang there is
   # not interruptible.
   def test_reachable_objects_from_a_queue_under_gc_stress
-    out = child_output(<<~'RUBY', timeout: 60)
-      require "objspace"
-      q = RapidThread::RactorQueue.new
-      20.times { |i| q << "item #{i}" }
-      GC.stress = true
-      n = ObjectSpace.reachable_objects_from(q).count { |o| o.is_a?(String) }
-      GC.stress = false
-      p n
-    RUBY
+    out = child_output("ractor_queue/reachable_objects_from_a_queue_under_gc_stress", timeout: 60)
     assert_equal "20\n", out
   end
 
@@ -287,12 +254,7 @@ class RactorQueueTest < RapidThreadTest
   end
 
   def test_a_trap_handler_can_push_to_a_waiting_main_thread
-    out = child_output(<<~'RUBY')
-      q = RapidThread::RactorQueue.new
-      trap(:USR1) { q << "USR1" }
-      Thread.new { loop { Process.kill :USR1, $$; sleep 0.01 } }
-      puts q.pop, q.pop, "exit"
-    RUBY
+    out = child_output("ractor_queue/a_trap_handler_can_push_to_a_waiting_main_thread")
     assert_equal "USR1\nUSR1\nexit\n", out
   end
 
@@ -302,13 +264,7 @@ class RactorQueueTest < RapidThreadTest
   # count read 0, as if the waiter had gone. Stock's queue counts a waiter
   # while its handler runs inside the sleep.
   def test_a_waiter_stays_counted_between_the_slices_of_its_wait
-    out = child_output(<<~'RUBY')
-      q = RapidThread::RactorQueue.new
-      seen = nil
-      trap(:USR1) { seen = q.num_waiting; q << :done }
-      Thread.new { Thread.pass until q.num_waiting == 1; Process.kill :USR1, $$ }
-      p [q.pop, seen, q.num_waiting]
-    RUBY
+    out = child_output("ractor_queue/a_waiter_stays_counted_between_the_slices_of_its_wait")
     assert_equal "[:done, 1, 0]\n", out
   end
 
@@ -316,16 +272,7 @@ class RactorQueueTest < RapidThreadTest
   # started in the background by a non-interactive shell (as CI may run
   # the suite) inherits SIGINT ignored, and Ruby keeps it ignored.
   def test_ctrl_c_interrupts_a_blocked_pop
-    out = child_output(<<~'RUBY')
-      trap(:INT, "DEFAULT")
-      q = RapidThread::RactorQueue.new
-      Thread.new { Thread.pass until q.num_waiting == 1; Process.kill :INT, $$ }
-      begin
-        q.pop
-      rescue Interrupt
-        puts "Interrupt"
-      end
-    RUBY
+    out = child_output("ractor_queue/ctrl_c_interrupts_a_blocked_pop")
     assert_equal "Interrupt\n", out
   end
 
@@ -334,132 +281,34 @@ class RactorQueueTest < RapidThreadTest
   end
 
   def test_other_classes_stay_in_the_main_ractor
-    out = ractors(<<~RUBY)
-      r = Ractor.new do
-        [RapidThread::Queue, RapidThread::SizedQueue, RapidThread::ConditionVariable].map do |c|
-          c.new(*([1] if c == RapidThread::SizedQueue))
-          :allowed
-        rescue Ractor::UnsafeError
-          :refused
-        end
-      end
-      p r.take
-      p Ractor.new { RQ.new.tap { |q| q << 1 }.pop }.take
-    RUBY
+    out = ractors("ractor_queue/other_classes_stay_in_the_main_ractor")
     assert_equal "[:refused, :refused, :refused]\n1\n", out
   end
 
   # --- across Ractors ------------------------------------------------------
 
   def test_one_producer_two_consumers_deliver_every_item_once
-    out = ractors(<<~RUBY)
-      [nil, 16].each do |max|
-        q = RQ.new(*max)
-        total = n(50_000)
-        takers = consumers(q, 2)
-        producer = Ractor.new(q, total) do |qq, t|
-          t.times { |i| qq << i }
-          qq.close
-          :done
-        end
-        producer.take
-        all = takers.flat_map(&:take)
-        p [all.size == total, all.sort == (0...total).to_a]
-      end
-    RUBY
+    out = ractors("ractor_queue/one_producer_two_consumers_deliver_every_item_once")
     assert_equal "[true, true]\n[true, true]\n", out
   end
 
   def test_close_wakes_waiters_in_other_ractors
-    out = ractors(<<~RUBY)
-      q = RQ.new(1)
-      poppers = Array.new(2) { Ractor.new(q) { |qq| qq.pop } }
-      wait_for { q.num_waiting == 2 }
-      full = RQ.new(1)
-      full << :x
-      pusher = Ractor.new(full) do |qq|
-        qq << :y
-        :pushed
-      rescue ClosedQueueError => e
-        e.message
-      end
-      wait_for { full.num_waiting == 1 }
-      q.close
-      full.close
-      p poppers.map(&:take), pusher.take, full.pop, full.pop
-    RUBY
+    out = ractors("ractor_queue/close_wakes_waiters_in_other_ractors")
     assert_equal "[nil, nil]\n\"queue closed\"\n:x\nnil\n", out
   end
 
   def test_timeouts_and_bounded_blocking_across_ractors
-    out = ractors(<<~RUBY)
-      q = RQ.new(2)
-      r = Ractor.new(q) do |qq|
-        t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        got = qq.pop(timeout: 0.05)
-        waited = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0
-        [got, waited >= 0.05]
-      end
-      p r.take
-      q << 1 << 2
-      blocked = Ractor.new(q) { |qq| qq.push(3); :pushed }
-      wait_for { q.num_waiting == 1 }
-      p q.size
-      p q.pop
-      p blocked.take, q.size
-      timed = Ractor.new(q) { |qq| qq.push(4, timeout: 0.05) }
-      p timed.take
-    RUBY
+    out = ractors("ractor_queue/timeouts_and_bounded_blocking_across_ractors")
     assert_equal "[nil, true]\n2\n1\n:pushed\n2\nnil\n", out
   end
 
   def test_a_pop_in_another_ractor_is_interruptible
-    out = ractors(<<~RUBY)
-      q = RQ.new
-      r = Ractor.new(q) do |qq|
-        t = Thread.new { qq.pop }
-        t.report_on_exception = false
-        Thread.pass until qq.num_waiting >= 1
-        t.raise(IOError, "stop")
-        begin
-          t.join
-        rescue IOError => e
-          e.message
-        end
-      end
-      p r.take
-      r = Ractor.new(q) do |qq|
-        me = Thread.current
-        Thread.new { Thread.pass until qq.num_waiting >= 1; me.raise(IOError, "late") }
-        begin
-          qq.pop
-        rescue IOError => e
-          e.message
-        end
-      end
-      p r.take
-      p q.num_waiting
-    RUBY
+    out = ractors("ractor_queue/a_pop_in_another_ractor_is_interruptible")
     assert_equal "\"stop\"\n\"late\"\n0\n", out
   end
 
   def test_many_ractors_under_gc_stress
-    out = ractors(<<~RUBY, stress: true, timeout: 240)
-      q = RQ.new(4)
-      total = 100
-      takers = consumers(q, 3)
-      producers = Array.new(2) do |p|
-        Ractor.new(q, p, total) do |qq, pp, t|
-          t.times { |i| qq << "p\#{pp}-\#{i}" }
-          :done
-        end
-      end
-      producers.each(&:take)
-      q.close
-      all = takers.flat_map(&:take)
-      expected = (0..1).flat_map { |p| Array.new(total) { |i| "p\#{p}-\#{i}" } }
-      p all.sort == expected.sort, all.all?(&:frozen?)
-    RUBY
+    out = ractors("ractor_queue/many_ractors_under_gc_stress", stress: true, timeout: 240)
     assert_equal "true\ntrue\n", out
   end
 
@@ -468,25 +317,7 @@ class RactorQueueTest < RapidThreadTest
   # queue, as bounded and as open as it was.
   def test_a_forked_child_gets_an_empty_usable_queue
     skip "no fork" unless Process.respond_to?(:fork)
-    out = ractors(<<~RUBY)
-      q = RQ.new(3)
-      q << 1 << 2
-      w = RQ.new
-      waiter = Ractor.new(w) { |ww| ww.pop }
-      wait_for { w.num_waiting == 1 }
-      pid = fork do
-        p [q.size, q.max, q.closed?, w.num_waiting]
-        q << :child
-        p q.pop
-        p q.pop(timeout: 0.01)
-        exit!(0)
-      end
-      Process.wait(pid)
-      p $?.success?
-      p [q.size, w.num_waiting]
-      w << :parent
-      p waiter.take
-    RUBY
+    out = ractors("ractor_queue/a_forked_child_gets_an_empty_usable_queue")
     assert_equal "[0, 3, false, 0]\n:child\nnil\ntrue\n[2, 1]\n:parent\n", out
   end
 
@@ -498,8 +329,7 @@ class RactorQueueTest < RapidThreadTest
     skip "M:N threads are Ruby 3.3+'s" if RUBY_VERSION < "3.3"
     script = File.expand_path("support/errno_under_mn.rb", __dir__)
     shield = "-r#{File.expand_path('support/mn_exit', __dir__)}" # Ruby's own M:N exit crash
-    out, err, status = Open3.capture3({ "RUBY_MN_THREADS" => "1", "RUBYOPT" => shield }, RbConfig.ruby,
-                                      "-I#{File.expand_path('../lib', __dir__)}", script, stdin_data: "", timeout: 30)
+    out, err, status = run_ruby(script, r: nil, env: { "RUBY_MN_THREADS" => "1", "RUBYOPT" => shield })
     assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
     assert_equal "20\n{}\n", out
   end

@@ -176,7 +176,7 @@ class SizedQueueTest < RapidThreadTest
   end
 
   def test_full_push_is_a_deadlock_when_alone
-    assert_deadlocks("q = RapidThread::SizedQueue.new(1); q << 1; q << 2")
+    assert_deadlocks("sized_queue/full_push_is_a_deadlock_when_alone")
   end
 
   def test_fork_forgets_blocked_pushers

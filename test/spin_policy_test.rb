@@ -15,11 +15,8 @@ class SpinPolicyTest < Minitest::Test
   # Whether waits park here (test_helper.rb).
   PARKS = WAITS_PARK
 
-  PING_PONG = "require #{File.expand_path('support/ping_pong', __dir__).dump}\n" + <<~'RUBY'
-    sum = ping_pong
-    s = RapidThread.spin_stats
-    puts sum, s[:spins], s[:parks] > 1000, s[:parks].zero?
-  RUBY
+  # support/ping_pong.rb's ping-pong, and the spin stats after it.
+  PING_PONG = "spin_policy/ping_pong"
 
   # Every round trip makes at least one thread wait on an active list.
   def test_waits_on_one_cpu_park_instead_of_spinning_and_lose_nothing
@@ -49,59 +46,19 @@ class SpinPolicyTest < Minitest::Test
   # a deadlock among parked threads is still reported as stock reports it
   # (a park without a limit hangs here).
   def test_threads_parked_in_a_deadlock_are_reported_as_stock_reports_them
-    code = <<~'RUBY'
-      a = QUEUE.new
-      b = QUEUE.new
-      t = Thread.new do
-        100.times { b << a.pop }
-        a.pop # waits for good
-      end
-      100.times { |i| a << i; b.pop }
-      begin
-        b.pop # waits for good: each thread waits for the other
-      rescue Exception => e
-        puts e.class, e.message.lines.first
-      end
-      puts RapidThread.spin_stats[:parks] > 0 if QUEUE == RapidThread::Queue
-    RUBY
-    stock = child_output("QUEUE = Thread::Queue\n#{code}", cpu: 0)
+    child = "spin_policy/threads_parked_in_a_deadlock_are_reported_as_stock_reports_them"
+    stock = child_output(child, "stock", cpu: 0)
     assert_match(/\Afatal\n.*Deadlock/, stock)
-    assert_equal "#{stock}#{PARKS}\n", child_output("QUEUE = RapidThread::Queue\n#{code}", cpu: 0)
+    assert_equal "#{stock}#{PARKS}\n", child_output(child, "gem", cpu: 0)
   end
 
   # ConditionVariable#wait ends on Thread#wakeup as Mutex#sleep does, also
   # while parked (the wake-up arrives as an interrupt there); the hand-offs
   # before it keep the condition variable's list active, so it parks.
   def test_thread_wakeup_ends_a_parked_condition_variable_wait_as_it_ends_stocks
-    code = <<~'RUBY'
-      m = Mutex.new
-      cv = CV.new
-      turn = :main
-      t = Thread.new do
-        m.synchronize do
-          200.times do
-            cv.wait(m) until turn == :t
-            turn = :main
-            cv.signal
-          end
-          cv.wait(m) # no predicate: Thread#wakeup ends it
-          :woken
-        end
-      end
-      200.times do
-        m.synchronize do
-          turn = :t
-          cv.signal
-          cv.wait(m) until turn == :main
-        end
-      end
-      Thread.pass until t.stop?
-      t.wakeup
-      puts t.value
-      puts RapidThread.spin_stats[:parks] > 0 if CV == RapidThread::ConditionVariable
-    RUBY
-    assert_equal "woken\n", child_output("CV = Thread::ConditionVariable\n#{code}", cpu: 0)
-    assert_equal "woken\n#{PARKS}\n", child_output("CV = RapidThread::ConditionVariable\n#{code}", cpu: 0)
+    child = "spin_policy/thread_wakeup_ends_a_parked_condition_variable_wait_as_it_ends_stocks"
+    assert_equal "woken\n", child_output(child, "stock", cpu: 0)
+    assert_equal "woken\n#{PARKS}\n", child_output(child, "gem", cpu: 0)
   end
 
   # A list that never woke anyone counts as active as the process (spin.rs,
@@ -112,25 +69,7 @@ class SpinPolicyTest < Minitest::Test
   # straight to Ruby's sleep (about 2,000).
   def test_a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process
     skip "waits park on Ruby 3.1/3.2 only" unless PARKS
-    code = <<~'RUBY'
-      jobs = RapidThread::Queue.new
-      m = Mutex.new
-      echo = Thread.new do
-        while (job = jobs.pop)
-          m.synchronize { job[:done] = true; job[:cv].signal }
-        end
-      end
-      2000.times do
-        job = { cv: RapidThread::ConditionVariable.new }
-        m.synchronize do
-          jobs << job
-          job[:cv].wait(m) until job[:done]
-        end
-      end
-      jobs << nil
-      echo.join
-      puts RapidThread.spin_stats[:parks] > 3000
-    RUBY
-    assert_equal "true\n", child_output(code, cpu: 0)
+    out = child_output("spin_policy/a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process", cpu: 0)
+    assert_equal "true\n", out
   end
 end

@@ -72,9 +72,9 @@ if ENV["RUBY_MN_THREADS"] == "1" && RUBY_VERSION.start_with?("3.3.", "3.4.")
   ENV["RUBYOPT"] = [ENV.fetch("RUBYOPT", nil), "-r#{File.expand_path('support/mn_exit', __dir__)}"].compact.join(" ")
 end
 
-# GC.verify_compaction_references' "move everything" options: Ruby 3.2
-# renamed double_heap to expand_heap (3.3 warns about the old name).
-COMPACT_EVERYTHING = (RUBY_VERSION >= "3.2" ? { expand_heap: true } : { double_heap: true }).merge(toward: :empty).freeze
+# COMPACT_EVERYTHING, GC.verify_compaction_references' "move everything"
+# options (shared with the compaction checks' child, children/compaction_check.rb).
+require_relative "support/compact_everything"
 
 # Ruby before 3.3 can segfault in any compaction while another thread
 # sleeps in a C method (docs/design-details.md, "GC.compact crash (Ruby
@@ -157,26 +157,58 @@ module RapidThreadTestHelpers
     msg
   end
 
-  # Runs `code` alone in a child process and expects Ruby's deadlock fatal.
-  def assert_deadlocks(code)
-    _out, err, status = run_ruby(code)
+  # The child scripts: test/children/<name>.rb, one per test (named after
+  # the test file and the test), plus their shared helper
+  # (children/child_helper.rb: bounded waits).
+  CHILDREN = File.expand_path("children", __dir__)
+  LIB = File.expand_path("../lib", __dir__)
+
+  # The file a child `name` runs: test/children/<name>.rb, or `name`
+  # itself when it is an absolute path (a script under test/support).
+  def child_script(name)
+    return name if name.start_with?("/")
+
+    File.join(CHILDREN, name.end_with?(".rb") ? name : "#{name}.rb")
+  end
+
+  # The line of the child script `name` on which `text` first appears (for
+  # the checks of messages that name the script's lines).
+  def child_line(name, text)
+    index = File.readlines(child_script(name)).index { |l| l.include?(text) }
+    raise ArgumentError, "#{text.inspect} is not in #{child_script(name)}" unless index
+
+    index + 1
+  end
+
+  # Runs the child script `name` (child_script) alone in a child process
+  # and expects Ruby's deadlock fatal.
+  def assert_deadlocks(name, *args)
+    _out, err, status = run_ruby(name, *args)
     refute status.success?, "expected a deadlock, got #{status.inspect}"
     assert_match(/No live threads left. Deadlock\?/, err)
   end
 
-  # Runs Ruby code in a child process with the gem on the load path (on
-  # CPU `cpu` only, if given: taskset). Returns [stdout, stderr, status].
-  def run_ruby(code, timeout: 30, cpu: nil)
-    lib = File.expand_path("../lib", __dir__)
+  # Runs the child script `name` (child_script) with `args` as its ARGV, in
+  # a child process with the gem on the load path and `r` required
+  # (-rrapid_thread; nil: nothing), `flags` first (-W2, ...), `env` added to
+  # its environment, on CPU `cpu` only if given (taskset). `e:` instead of a
+  # name runs that one-line program (-e), for the few tiny snippets left
+  # (replace_test.rb). Killed after `timeout` seconds (Timeout::Error).
+  # Returns [stdout, stderr, status].
+  def run_ruby(name = nil, *args, e: nil, r: "rapid_thread", flags: [], env: {}, timeout: 30, cpu: nil)
+    raise ArgumentError, "a child script or e:, not both" unless name.nil? ^ e.nil?
+
     pin = cpu ? ["taskset", "-c", cpu.to_s] : []
-    Open3.capture3(*pin, RbConfig.ruby, "-I#{lib}", "-rrapid_thread", "-e", code, stdin_data: "", timeout: timeout)
+    program = e ? ["-e", e] : [child_script(name)]
+    Open3.capture3(env, *pin, RbConfig.ruby, *flags, "-I#{LIB}", *("-r#{r}" if r), *program, *args,
+                   stdin_data: "", timeout: timeout)
   end
 
   # run_ruby for a child that must succeed (and, if `quiet`, print nothing
   # on stderr): returns its stdout, and fails the test with the child's
   # status, stderr and stdout otherwise.
-  def child_output(code, timeout: 30, quiet: false, cpu: nil)
-    out, err, status = run_ruby(code, timeout: timeout, cpu: cpu)
+  def child_output(name = nil, *args, quiet: false, **opts)
+    out, err, status = run_ruby(name, *args, **opts)
     assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
     assert_equal "", err, "the child's stderr" if quiet
     out
@@ -192,10 +224,7 @@ module RapidThreadTestHelpers
     path = File.expand_path("support/compaction/#{name}.rb", __dir__)
     return eval(File.read(path), Object.new.instance_eval { binding }, path).inspect if IN_PROCESS_COMPACTION # rubocop:disable Security/Eval
 
-    child_output(<<~RUBY, timeout: timeout).chomp
-      COMPACT_EVERYTHING = #{COMPACT_EVERYTHING.inspect}
-      p eval(File.read(#{path.dump}), binding, #{path.dump})
-    RUBY
+    child_output("compaction_check", path, timeout: timeout).chomp
   end
 end
 
@@ -213,21 +242,38 @@ module Open3
         err_reader = Thread.new { Thread.current.report_on_exception = false; e.read }
         i.write(stdin_data)
         i.close
-        unless t.join(timeout)
-          Process.kill("KILL", t.pid)
-          raise Timeout::Error, "child process exceeded #{timeout}s: #{cmd.inspect}"
+        begin
+          unless t.join(timeout)
+            kill_child(t)
+            raise Timeout::Error, "child process exceeded #{timeout}s: #{cmd.inspect}#{stderr_of(err_reader)}"
+          end
+        rescue Minitest::Assertion => ex # the test's own Timeout fired first
+          kill_child(t)
+          raise ex.class, "#{ex.message}: in #{cmd.inspect}#{stderr_of(err_reader)}", ex.backtrace
         end
         [out_reader.value, err_reader.value, t.value]
       ensure
         # An exception from outside (the test's own Timeout, which can
         # fire first) must not leave popen3's ensure joining a child that
         # never ends: that hung a whole suite run once.
-        begin
-          Process.kill("KILL", t.pid) if t.alive?
-        rescue Errno::ESRCH
-          nil
-        end
+        kill_child(t)
       end
+    end
+
+    private
+
+    def kill_child(waiter)
+      Process.kill("KILL", waiter.pid) if waiter.alive?
+    rescue Errno::ESRCH
+      nil
+    end
+
+    # What a killed child had written on stderr (a wait of
+    # children/child_helper.rb that timed out in a thread, say), for the
+    # message; nothing if a process it started still holds the pipe.
+    def stderr_of(reader)
+      err = reader.join(1) && reader.value
+      err.to_s.empty? ? "" : "\nits stderr:\n#{err}"
     end
   end
 end

@@ -212,25 +212,7 @@ class ThreadCacheTest < RapidThreadTest
   # worker must start with the defaults all the same. (A cache of the flags
   # read after each block, to skip resetting them, let it leak.)
   def test_flags_set_during_the_report_do_not_reach_the_next_block
-    out = child_output(<<~'RUBY')
-      t1 = nil
-      $hook = -> { t1.abort_on_exception = true if t1 }
-      class << $stderr
-        alias_method :orig_write, :write
-        def write(*a) = ($hook&.call; orig_write(*a))
-      end
-      q = Thread::Queue.new
-      t1 = RapidThread.spawn { q.pop; raise "one" }
-      q << 1
-      t1.join rescue nil
-      $hook = nil
-      # Back on the idle list (off the busy one is not enough: the worker
-      # leaves it before the join returns, and has more to do after).
-      Thread.pass until RapidThread.cache_stats[:idle] == 1
-      t2 = RapidThread.spawn { [Thread.current.abort_on_exception, Thread.current.report_on_exception] }
-      p t2.value
-      p RapidThread.cache_stats[:created]
-    RUBY
+    out = child_output("thread_cache/flags_set_during_the_report_do_not_reach_the_next_block")
     assert_equal "[false, true]\n1\n", out
   end
 
@@ -351,16 +333,7 @@ class ThreadCacheTest < RapidThreadTest
   # group: every later block ran with them, and the group kept listing the
   # cache's threads.
   def test_the_first_spawners_priority_and_group_stay_out_of_the_cache
-    out = child_output(<<~'RUBY')
-      g = ThreadGroup.new
-      g.add(Thread.current)
-      Thread.current.priority = 3
-      RapidThread.spawn {}.join # the cache's first threads, made from here
-      ThreadGroup::Default.add(Thread.current)
-      Thread.current.priority = 0
-      p Array.new(3) { RapidThread.spawn { [Thread.current.priority, Thread.current.group.equal?(ThreadGroup::Default)] }.value }.uniq
-      p g.list
-    RUBY
+    out = child_output("thread_cache/the_first_spawners_priority_and_group_stay_out_of_the_cache")
     assert_equal "[[0, true]]\n[]\n", out
   end
 
@@ -369,31 +342,7 @@ class ThreadCacheTest < RapidThreadTest
   # thread of its own, which Ruby places as a Thread.new thread (group,
   # priority); compared with what Thread.new does in the running Ruby.
   def test_a_block_spawned_in_an_enclosed_group_is_placed_as_by_thread_new
-    out = child_output(<<~'RUBY')
-      PROBE = lambda do |g|
-        [Thread.current.priority, Thread.current.group.equal?(g), g.list.include?(Thread.current),
-         ThreadGroup::Default.list.include?(Thread.current),
-         (ThreadGroup::Default.add(Thread.current) rescue $!.message)]
-      end
-      RapidThread.spawn {}.join # the cache has a worker and its monitor
-      g = ThreadGroup.new
-      g.add(Thread.current)
-      Thread.current.priority = -1
-      g.enclose
-      p Thread.new { PROBE[g] }.value
-      p RapidThread.spawn { PROBE[g] }.value
-      # While it runs it is listed there; Task#kill, #raise and errors work.
-      q = Thread::Queue.new
-      t = RapidThread.spawn { q.pop }
-      Thread.pass until t.status == "sleep"
-      p [g.list.include?(t.thread), t.kill.join(10).equal?(t), t.value]
-      t = RapidThread.spawn { q.pop }
-      t.report_on_exception = false
-      t.raise(ArgumentError, "pending")
-      p(begin; t.value; rescue => e; e.message; end)
-      p(begin; RapidThread.spawn { Thread.current.report_on_exception = false; raise "in block" }.value; rescue => e; e.message; end)
-      p RapidThread.spawn(1, k: 2) { |a, k:| a + k }.value
-    RUBY
+    out = child_output("thread_cache/a_block_spawned_in_an_enclosed_group_is_placed_as_by_thread_new")
     stock, ours, *rest = out.lines
     assert_equal "[-1, true, true, false, \"can't move from the enclosed thread group\"]\n", stock
     assert_equal stock, ours
@@ -407,21 +356,7 @@ class ThreadCacheTest < RapidThreadTest
   # ThreadGroup#add's ThreadError). Compared with the running Ruby's
   # Thread.new.
   def test_a_group_closed_right_after_the_spawn_still_runs_the_block_inside
-    out = child_output(<<~'RUBY')
-      RapidThread.spawn {}.join # an idle worker could take the block
-      [:enclose, :freeze].each do |close|
-        [->(&b) { Thread.new(&b) }, ->(&b) { RapidThread.spawn(&b) }].each do |make|
-          g = ThreadGroup.new
-          seen = Thread.new do # the spawner, in g; it cannot leave it after
-            g.add(Thread.current)
-            t = make.call { [Thread.current.group.equal?(g), g.list.include?(Thread.current)] }
-            g.public_send(close) # before this thread gives up the GVL
-            t.value
-          end.value
-          p [close, seen]
-        end
-      end
-    RUBY
+    out = child_output("thread_cache/a_group_closed_right_after_the_spawn_still_runs_the_block_inside")
     lines = out.lines
     assert_equal 4, lines.size, out
     assert_equal "[:enclose, [true, true]]\n", lines[0]
@@ -433,16 +368,7 @@ class ThreadCacheTest < RapidThreadTest
   # A frozen group: Thread.new refuses to start a thread there
   # (ThreadError), and so does spawn.
   def test_a_spawn_in_a_frozen_group_raises_as_thread_new
-    out = child_output(<<~'RUBY')
-      RapidThread.spawn {}.join # an idle worker could take the block
-      g = ThreadGroup.new
-      g.add(Thread.current)
-      g.freeze
-      def error_of = (yield; :no_error) rescue [$!.class, $!.message]
-      p(error_of { Thread.new {} })
-      p(error_of { RapidThread.spawn {} })
-      p RapidThread.cache_stats[:pending]
-    RUBY
+    out = child_output("thread_cache/a_spawn_in_a_frozen_group_raises_as_thread_new")
     stock, ours, pending = out.lines
     assert_equal "[ThreadError, \"can't start a new thread (frozen ThreadGroup)\"]\n", stock
     assert_equal stock, ours
@@ -452,17 +378,7 @@ class ThreadCacheTest < RapidThreadTest
   # That thread of its own killed before its body runs (in a :thread_begin
   # hook): as for a Thread.new thread, a join returns and the value is nil.
   def test_a_block_whose_own_thread_is_killed_before_it_runs_is_killed
-    out = child_output(<<~'RUBY')
-      g = ThreadGroup.new
-      g.add(Thread.current)
-      g.enclose
-      tp = TracePoint.new(:thread_begin) { Thread.current.kill }
-      tp.enable
-      stock = Thread.new { :ran }
-      ours = RapidThread.spawn { :ran }
-      p [stock.join(10).equal?(stock), stock.value, stock.status]
-      p [ours.join(10).equal?(ours), ours.value, ours.status]
-    RUBY
+    out = child_output("thread_cache/a_block_whose_own_thread_is_killed_before_it_runs_is_killed")
     stock, ours = out.lines
     assert_equal "[true, nil, false]\n", stock
     assert_equal stock, ours
@@ -472,83 +388,41 @@ class ThreadCacheTest < RapidThreadTest
   # joins or polls, are not kept for good: the list of threads of their own
   # is swept when it doubles (from 64), before the next such spawn.
   def test_lost_threads_of_their_own_are_swept_by_later_spawns
-    out = child_output(<<~'RUBY')
-      g = ThreadGroup.new
-      g.add(Thread.current)
-      killed = Thread::Queue.new
-      TracePoint.new(:thread_begin) { killed << Thread.current; Thread.current.kill }.enable
-      pending_after = lambda do |n|
-        n.times { RapidThread.spawn { :ran } }
-        lost = Array.new(n) { killed.pop }
-        Thread.pass while lost.any?(&:alive?)
-        RapidThread.cache_stats[:pending]
-      end
-      p pending_after.(64), pending_after.(1)
-    RUBY
+    out = child_output("thread_cache/lost_threads_of_their_own_are_swept_by_later_spawns")
     assert_equal "64\n1\n", out
   end
 
   # --- exceptions ------------------------------------------------------------
 
   def test_report_is_byte_for_byte_thread_news
-    out = child_output(<<~'RUBY')
-      def boom = raise(ArgumentError, "bad value")
-      BLOCK = proc { boom }
-      def capture
-        $stderr = StringIO.new
-        t = yield
-        t.join rescue nil
-        $stderr.string
-      ensure
-        $stderr = STDERR
-      end
-      require "stringio"
-      stock = capture { Thread.new(&BLOCK) }
-      ours = capture { Thread.spawn(&BLOCK) }
-      named = capture { t = Thread.spawn { Thread.current.name = "w"; boom }; t }
-      quiet = capture { t = Thread.spawn { Thread.current.report_on_exception = false; boom }; t }
-      # How this Ruby writes boom's frame ("-e:1:in `boom'" on 3.1 and 3.3,
-      # "-e:1:in 'Object#boom'" on 3.4), from the same Ruby.
-      frame = begin; boom; rescue ArgumentError => e; e.backtrace.first; end
-      print [stock, ours, named, quiet, frame].map { |s| s.gsub(/0x\h+/, "0xADDR") }.inspect
-    RUBY
+    child = "thread_cache/report_is_byte_for_byte_thread_news"
+    out = child_output(child)
     stock, ours, named, quiet, frame = eval(out) # rubocop:disable Security/Eval
     # The oracle itself reported the exception: a header, then boom's frame.
-    assert_match(/\A-e:1:in .*boom'\z/, frame)
-    assert_equal "#<Thread:0xADDR -e:2 run> terminated with exception (report_on_exception is true):\n" \
-                 "#{frame}: bad value (ArgumentError)\n", stock.lines.first(2).join
+    path = child_script(child)
+    assert_match(/\A#{Regexp.escape("#{path}:#{child_line(child, 'def boom')}")}:in .*boom'\z/, frame)
+    assert_equal "#<Thread:0xADDR #{path}:#{child_line(child, 'BLOCK = ')} run> terminated with exception " \
+                 "(report_on_exception is true):\n#{frame}: bad value (ArgumentError)\n", stock.lines.first(2).join
     assert_equal stock, ours
-    assert_match(/\A#<Thread:0xADDR@w -e:\d+ run> terminated/, named)
+    assert_match(/\A#<Thread:0xADDR@w #{Regexp.escape(path)}:\d+ run> terminated/, named)
     assert_equal "", quiet
   end
 
   def test_report_follows_the_global_default
-    out = child_output(<<~'RUBY', quiet: true)
-      Thread.report_on_exception = false
-      t = Thread.spawn { raise "quiet" }
-      p t.report_on_exception
-      t.join rescue p $!
-    RUBY
+    out = child_output("thread_cache/report_follows_the_global_default", quiet: true)
     assert_equal "false\n#<RuntimeError: quiet>\n", out
   end
 
   def test_abort_on_exception_raises_in_main_thread
-    %w[t.abort_on_exception=true Thread.abort_on_exception=true].each do |setting|
-      _out, err, status = run_ruby(<<~RUBY)
-        q = Thread::Queue.new
-        t = Thread.spawn { q.pop; raise "fatal in block" }
-        #{setting}
-        q << 1
-        sleep 10
-        puts "not aborted"
-      RUBY
+    %w[task global].each do |setting|
+      _out, err, status = run_ruby("thread_cache/abort_on_exception_raises_in_main_thread", setting)
       refute status.success?, setting
       assert_match(/fatal in block \(RuntimeError\)/, err)
     end
   end
 
   def test_exit_in_a_block_exits_the_process
-    out, _err, status = run_ruby('Thread.spawn { exit 3 }; sleep 10; puts "survived"')
+    out, _err, status = run_ruby("thread_cache/exit_in_a_block_exits_the_process")
     assert_equal 3, status.exitstatus
     assert_equal "", out
   end
@@ -656,51 +530,16 @@ class ThreadCacheTest < RapidThreadTest
   # the task (nobody joins it, and nothing else is spawned): before the fix
   # it stayed pending for good, where Thread.new would have run it.
   def test_a_task_survives_the_kill_of_the_worker_woken_for_it
-    out = child_output(<<~'RUBY')
-      w = RapidThread.spawn { Thread.current }.value
-      Thread.pass until w.stop? && RapidThread.cache_stats[:idle] == 1
-      # Until the monitor has stopped ticking (nothing pending): the task
-      # must not owe its start to a tick.
-      Thread.pass until RapidThread.__monitor_dormant_for_tests
-      ran = false
-      RapidThread.spawn { ran = true }
-      w.kill # before w (woken for the task) has run again
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
-      Thread.pass until ran || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      p [ran, w.alive?]
-    RUBY
+    out = child_output("thread_cache/a_task_survives_the_kill_of_the_worker_woken_for_it")
     assert_equal "[true, false]\n", out
   end
-
-  # Child-process prelude: `on_first_thread_begin(:worker) { ... }` (or
-  # `:monitor`) runs the block once, in the first new worker (or monitor)
-  # thread, in a :thread_begin hook: before that thread's body runs.
-  # Returns the enabled hook.
-  ON_FIRST_THREAD_BEGIN = <<~'RUBY'
-    def on_first_thread_begin(kind, &action)
-      fired = false
-      TracePoint.new(:thread_begin) do
-        next if fired || (Thread.current.name == "rapid_thread monitor") != (kind == :monitor)
-
-        fired = true
-        action.call
-      end.tap(&:enable)
-    end
-  RUBY
 
   # A thread killed in a :thread_begin hook (where a pending Thread#kill
   # lands too) ends before its body runs. A worker that never reached the
   # pool stayed counted as starting, and the monitor waited for it forever:
   # the block never started.
   def test_a_worker_killed_before_its_body_runs_does_not_strand_the_task
-    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
-      killed = false
-      tp = on_first_thread_begin(:worker) { killed = true; Thread.current.kill }
-      task = RapidThread.spawn { :ran }
-      done = task.join(10)
-      tp.disable
-      p [killed, done && task.value, RapidThread.cache_stats[:threads]]
-    RUBY
+    out = child_output("thread_cache/a_worker_killed_before_its_body_runs_does_not_strand_the_task")
     assert_equal "[true, :ran, 1]\n", out
   end
 
@@ -708,18 +547,7 @@ class ThreadCacheTest < RapidThreadTest
   # worker "starting" and did not restart the monitor, which alone can find
   # out that the worker is dead.
   def test_a_join_restarts_the_monitor_while_a_lost_worker_counts_as_starting
-    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
-      killed = false
-      tp = on_first_thread_begin(:worker) do
-        killed = true
-        Thread.list.find { |t| t.name == "rapid_thread monitor" }&.kill
-        Thread.current.kill
-      end
-      task = RapidThread.spawn { :ran }
-      done = task.join(10)
-      tp.disable
-      p [killed, done && task.value]
-    RUBY
+    out = child_output("thread_cache/a_join_restarts_the_monitor_while_a_lost_worker_counts_as_starting")
     assert_equal "[true, :ran]\n", out
   end
 
@@ -728,26 +556,7 @@ class ThreadCacheTest < RapidThreadTest
   # before it runs; its exit counted the lost worker as coming, and so did
   # the join: nobody started the task. (Found by review, session 8.)
   def test_a_lost_worker_counted_as_starting_does_not_strand_a_later_task
-    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
-      q = Thread::Queue.new
-      t0 = RapidThread.spawn { q.pop; Thread.current }
-      Thread.pass until t0.status == "sleep" # its worker is blocked
-      killed = false
-      tp = on_first_thread_begin(:worker) do
-        killed = true
-        q << 1 # t0's worker ends its block and takes t1
-        Thread.current.kill
-      end
-      t1 = RapidThread.spawn { :t1 } # every worker blocked: one is started
-      worker = t0.value
-      t1.value
-      tp.disable
-      Thread.pass until RapidThread.__monitor_dormant_for_tests && RapidThread.cache_stats[:idle] == 1
-      t2 = RapidThread.spawn { :t2 } # wakes the one idle worker
-      worker.kill # before it has run again
-      done = t2.join(10)
-      p [killed, done && t2.value]
-    RUBY
+    out = child_output("thread_cache/a_lost_worker_counted_as_starting_does_not_strand_a_later_task")
     assert_equal "[true, :t2]\n", out
   end
 
@@ -755,46 +564,21 @@ class ThreadCacheTest < RapidThreadTest
   # pool; the monitor waited for it and started no other worker, so a block
   # that would release it never ran. Thread.new holds only its own thread.
   def test_a_worker_held_before_its_body_runs_does_not_stop_growth
-    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
-      q = Thread::Queue.new
-      gate = Thread::Queue.new
-      t0 = RapidThread.spawn { q.pop }
-      Thread.pass until t0.status == "sleep"
-      held = false
-      tp = on_first_thread_begin(:worker) { held = true; gate.pop }
-      RapidThread.spawn { :t1 } # its worker is held in the hook
-      t2 = RapidThread.spawn { gate << 1; :t2 }
-      done = t2.join(10)
-      tp.disable
-      q << 1
-      p [held, done && t2.value]
-    RUBY
+    out = child_output("thread_cache/a_worker_held_before_its_body_runs_does_not_stop_growth")
     assert_equal "[true, :t2]\n", out
   end
 
   # A :thread_begin hook that gives every new thread a singleton class (an
   # APM, a debugger) must not get every worker retired after one block.
   def test_a_worker_born_with_a_singleton_class_is_reused
-    out = child_output(<<~'RUBY')
-      TracePoint.new(:thread_begin) { Thread.current.singleton_class }.enable
-      50.times { RapidThread.spawn { 1 }.value }
-      p RapidThread.cache_stats[:created] <= 2
-    RUBY
+    out = child_output("thread_cache/a_worker_born_with_a_singleton_class_is_reused")
     assert_equal "true\n", out
   end
 
   # The same for the monitor: killed before its body ran, it never cleared
   # itself (monitor_exit), so the next join found it "running" and waited.
   def test_a_monitor_killed_before_its_body_runs_is_replaced
-    out = child_output(ON_FIRST_THREAD_BEGIN + <<~'RUBY')
-      killed = false
-      tp = on_first_thread_begin(:monitor) { killed = true; Thread.current.kill }
-      task = RapidThread.spawn { :ran }
-      Thread.pass until killed
-      done = task.join(10)
-      tp.disable
-      p [done && task.value]
-    RUBY
+    out = child_output("thread_cache/a_monitor_killed_before_its_body_runs_is_replaced")
     assert_equal "[:ran]\n", out
   end
 
@@ -802,24 +586,7 @@ class ThreadCacheTest < RapidThreadTest
   # idle worker left, as every wake-up of the cache does (LIFO); it went
   # to the oldest, the coldest one and the one closest to its idle_timeout.
   def test_the_wake_up_of_a_killed_worker_goes_to_the_newest_idle_one
-    out = child_output(<<~'RUBY')
-      q = Thread::Queue.new
-      ts = Array.new(3) { RapidThread.spawn { q.pop; Thread.current } }
-      Thread.pass until ts.all? { |t| t.status == "sleep" }
-      order = [] # the workers, in the order they became idle
-      3.times do |i|
-        q << 1
-        Thread.pass until (done = ts.find { |t| !t.alive? && !order.include?(t.value) })
-        order << done.value
-        Thread.pass until done.value.stop? && RapidThread.cache_stats[:idle] == i + 1
-      end
-      Thread.pass until RapidThread.__monitor_dormant_for_tests
-      oldest, middle, newest = order
-      task = RapidThread.spawn { Thread.current } # wakes the newest
-      newest.kill # before it has run again
-      ran_on = task.value
-      p [{ oldest => :oldest, middle => :middle, newest => :newest }[ran_on], newest.alive?]
-    RUBY
+    out = child_output("thread_cache/the_wake_up_of_a_killed_worker_goes_to_the_newest_idle_one")
     assert_equal "[:middle, false]\n", out
   end
 
@@ -827,29 +594,7 @@ class ThreadCacheTest < RapidThreadTest
   # with no idle worker left to pass its wake-up to. The other takes the
   # first task, which blocks: the second must still start.
   def test_a_task_survives_the_kill_of_a_woken_worker_with_nobody_idle
-    out = child_output(<<~'RUBY')
-      q = Thread::Queue.new
-      ts = Array.new(2) { RapidThread.spawn { q.pop; Thread.current } }
-      Thread.pass until ts.all? { |t| t.status == "sleep" }
-      # One at a time, so that the second is the newest idle worker.
-      q << 1
-      Thread.pass until (done = ts.find { |t| !t.alive? })
-      Thread.pass until done.value.stop? && RapidThread.cache_stats[:idle] == 1
-      q << 1
-      newest = (ts - [done]).first.value
-      Thread.pass until newest.stop? && RapidThread.cache_stats[:idle] == 2
-      Thread.pass until RapidThread.__monitor_dormant_for_tests
-      ran = false
-      first = RapidThread.spawn { q.pop } # wakes the newest first
-      RapidThread.spawn { ran = true }
-      newest.kill # before either woken worker has run again
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
-      Thread.pass until ran || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      started = ran # before the first task ends (its worker would take it then)
-      q << 1
-      first.join
-      p [started, newest.alive?]
-    RUBY
+    out = child_output("thread_cache/a_task_survives_the_kill_of_a_woken_worker_with_nobody_idle")
     assert_equal "[true, false]\n", out
   end
 
@@ -858,26 +603,7 @@ class ThreadCacheTest < RapidThreadTest
   # Thread#raise or Ctrl-C) leaves the task queued: it must still start,
   # with no join and no later spawn to help it.
   def test_a_task_queued_by_an_interrupted_spawn_still_starts
-    out = child_output(<<~'RUBY')
-      q = Thread::Queue.new
-      busy = RapidThread.spawn { q.pop }
-      Thread.pass until busy.status == "sleep"
-      Thread.pass until RapidThread.__monitor_dormant_for_tests
-      ran = false
-      main = Thread.current
-      tp = TracePoint.new(:c_call) do |t|
-        raise "interrupted" if t.method_id == :stop? && Thread.current == main
-      end
-      begin
-        tp.enable { RapidThread.spawn { ran = true; q << 1 } }
-      rescue RuntimeError => e
-        puts e.message
-      end
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
-      Thread.pass until ran || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      p ran
-      busy.join(1) if ran
-    RUBY
+    out = child_output("thread_cache/a_task_queued_by_an_interrupted_spawn_still_starts")
     assert_equal "interrupted\ntrue\n", out
   end
 
@@ -1065,40 +791,7 @@ class ThreadCacheTest < RapidThreadTest
   # clean-up runs a full GC). Every task must end, every worker a kill hit
   # must end, and the process must exit promptly.
   def test_random_kills_under_gc_stress_leave_no_stuck_worker
-    out = child_output(<<~'RUBY', timeout: 240)
-      RapidThread.idle_timeout = 60   # expiry must not hide a stuck worker
-      srand(Integer(ENV.fetch("SEED", rand(1 << 30))))
-      hit = []
-      GC.stress = true
-      60.times do |i|
-        t = RapidThread.spawn(i) do |n|
-          Thread.current[:scratch] = "x" * 10
-          Thread.current.name = "task #{n}"
-          raise "boom" if n.odd?
-          n
-        end
-        t.report_on_exception = false
-        rand(4).times { Thread.pass }
-        if t.thread
-          t.kill
-          # Still on its worker after the kill: the kill reached that
-          # worker (it could have finished between the two calls, and then
-          # Task#kill kills nothing; a finished task has no thread).
-          (w = t.thread) && hit << w
-        end
-        abort "task #{i} never ended" unless t.join(30).equal?(t)
-      rescue RuntimeError
-        nil
-      end
-      GC.stress = false
-      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30
-      Thread.pass while hit.any?(&:alive?) && Process.clock_gettime(Process::CLOCK_MONOTONIC) < deadline
-      stuck = hit.select(&:alive?)
-      abort "#{stuck.size} killed workers never ended" unless stuck.empty?
-      stats = RapidThread.cache_stats
-      abort "busy workers left: #{stats}" unless stats[:busy].zero?
-      puts "killed #{hit.size}"
-    RUBY
+    out = child_output("thread_cache/random_kills_under_gc_stress_leave_no_stuck_worker", timeout: 240)
     assert_match(/killed \d+/, out)
   end
 
@@ -1169,31 +862,20 @@ class ThreadCacheTest < RapidThreadTest
   # --- process lifecycle -----------------------------------------------------
 
   def test_idle_threads_do_not_delay_exit
-    out = child_output(<<~'RUBY', timeout: 10)
-      t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      Array.new(8) { Thread.spawn { sleep 0.01 } }.each(&:join)
-      Thread.spawn { sleep }  # blocked forever, like a Thread.new thread at exit
-      at_exit { $stdout.puts "at_exit ran" }
-    RUBY
+    out = child_output("thread_cache/idle_threads_do_not_delay_exit", timeout: 10)
     assert_equal "at_exit ran\n", out
   end
 
   def test_spawn_under_handle_interrupt_never_leaves_killable_threads
     # Ruby threads inherit their creator's handle_interrupt masks; cached
     # threads must not, or Task#kill and process exit could never stop them.
-    out = child_output(<<~'RUBY', timeout: 20)
-      t = Thread.handle_interrupt(Object => :never) { Thread.spawn { sleep } }
-      Thread.pass until t.status == "sleep"
-      t.kill
-      p t.join(5).equal?(t)
-      Thread.handle_interrupt(Object => :never) { Thread.spawn { sleep } }
-    RUBY
+    out = child_output("thread_cache/spawn_under_handle_interrupt_never_leaves_killable_threads", timeout: 20)
     assert_equal "true\n", out
   end
 
   def test_exit_time_is_not_the_idle_timeout
     t0 = now
-    child_output("Thread.spawn { 1 }.join; RapidThread.idle_timeout = 20", timeout: 15)
+    child_output("thread_cache/exit_time_is_not_the_idle_timeout", timeout: 15)
     assert_operator now - t0, :<, 10
   end
 
@@ -1204,21 +886,7 @@ class ThreadCacheTest < RapidThreadTest
   # raised so waited out its idle timeout before ending.
   def test_spawn_while_the_process_ends_raises_as_thread_new_does
     t0 = now
-    out = child_output(<<~'RUBY', timeout: 20, quiet: true)
-      RapidThread.idle_timeout = 30
-      q = RapidThread::Queue.new
-      try = lambda do |who|
-        { "spawn" => -> { RapidThread.spawn { 1 } }, "new" => -> { Thread.new { 1 } } }.each do |how, make|
-          make.call
-          $stdout.write "#{who} #{how}: made\n"
-        rescue ThreadError => e
-          $stdout.write "#{who} #{how}: #{e.message}\n"
-        end
-      end
-      Thread.new do q.pop ensure try.call("thread") end
-      RapidThread.spawn do q.pop ensure try.call("task") end
-      Thread.pass until q.num_waiting == 2
-    RUBY
+    out = child_output("thread_cache/spawn_while_the_process_ends_raises_as_thread_new_does", timeout: 20, quiet: true)
     assert_equal ["task new: can't alloc thread", "task spawn: can't alloc thread",
                   "thread new: can't alloc thread", "thread spawn: can't alloc thread"], out.lines.map(&:chomp).sort
     assert_operator now - t0, :<, 15
@@ -1265,22 +933,9 @@ class ThreadCacheTest < RapidThreadTest
   # test's task, kept alive by a stale word on a worker's machine stack,
   # had returned an Array holding its worker: 16 of 20 workers were
   # remembered through those old results, not through the tasks here.
-  REMEMBERED_SET_PROGRAM = <<~'RUBY'
-    require "objspace"
-    n = 100
-    gate = Thread::Queue.new
-    tasks = Array.new(n) { RapidThread.spawn { gate.pop } }
-    Thread.pass until tasks.all? { |t| t.status == "sleep" }
-    # The tasks are old after these.
-    4.times { GC.start(full_mark: true, immediate_sweep: true) }
-    remembered = tasks.count { |t| ObjectSpace.dump(t.thread).include?('"uncollectible":true') }
-    n.times { gate << 1 }
-    tasks.each(&:join)
-    p [n, remembered]
-  RUBY
-
   def test_running_tasks_leave_their_threads_out_of_the_remembered_set
-    n, remembered = eval(child_output(REMEMBERED_SET_PROGRAM)) # rubocop:disable Security/Eval
+    out = child_output("thread_cache/running_tasks_leave_their_threads_out_of_the_remembered_set")
+    n, remembered = eval(out) # rubocop:disable Security/Eval
     assert_operator remembered, :<, n / 2, "workers of #{n} running tasks remembered by the GC"
   end
 

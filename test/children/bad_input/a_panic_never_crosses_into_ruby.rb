@@ -1,0 +1,1 @@
+RapidThread.__panic_for_tests

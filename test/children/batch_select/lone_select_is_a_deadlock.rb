@@ -1,0 +1,1 @@
+RapidThread.select(RapidThread::Queue.new, RapidThread::Queue.new)

@@ -1,0 +1,1 @@
+m = Thread::Mutex.new; m.synchronize { RapidThread::ConditionVariable.new.wait(m) }

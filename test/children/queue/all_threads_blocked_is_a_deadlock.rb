@@ -1,0 +1,3 @@
+q = RapidThread::Queue.new
+Thread.new { q.pop }
+q.pop

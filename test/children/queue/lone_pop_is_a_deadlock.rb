@@ -1,0 +1,1 @@
+RapidThread::Queue.new.pop

@@ -1,0 +1,3 @@
+q = RapidThread::SizedQueue.new(1)
+q << 1
+q << 2

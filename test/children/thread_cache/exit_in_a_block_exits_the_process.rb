@@ -1,0 +1,3 @@
+Thread.spawn { exit 3 }
+sleep 10
+puts "survived"

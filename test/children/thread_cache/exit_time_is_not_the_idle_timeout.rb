@@ -1,0 +1,2 @@
+Thread.spawn { 1 }.join
+RapidThread.idle_timeout = 20
