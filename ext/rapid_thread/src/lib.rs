@@ -1,6 +1,7 @@
 //! Native core of the rapid_thread gem. One module per Ruby class, the
 //! shared waiting/wake-up machinery in `wait`, and every `unsafe` block in
-//! `sys`.
+//! `sys` but one: RactorQueue's promise that its wait without the GVL calls
+//! no Ruby (`sys::without_gvl`), which only that module can make.
 
 mod cgroup;
 mod condition_variable;

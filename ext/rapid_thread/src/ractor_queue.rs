@@ -400,7 +400,13 @@ impl RactorQueue {
         let me = sys::current_thread();
         let q = self.sh();
         let mut woke = Woke::Interrupted;
-        sys::without_gvl(|| woke = q.block_nogvl(side, deadline, me));
+        // SAFETY: `block_nogvl` touches only the shared state, which other
+        // Ractors reach without any GVL (atomics, a std Mutex, futex
+        // words), the spin policy's atomics and the interrupt flag of this
+        // thread (read as Ruby's own ubf does); it calls no Ruby.
+        // The one unsafe block outside sys/: only this module can vouch
+        // for its own code.
+        unsafe { sys::without_gvl(|| woke = q.block_nogvl(side, deadline, me)) };
         Ok(woke)
     }
 

@@ -451,7 +451,7 @@ fn is_alive(rb_self: Value) -> Result<bool, Error> {
     poll_pending(rb_self, task)?;
     if task.phase() == Phase::Pending && !sys::thread_alone() {
         if let Some(budget) = spin::handover_budget() {
-            let cpu_busy = sys::yield_gvl(budget, spin::yield_cpu);
+            let cpu_busy = sys::yield_gvl(budget, spin::LATE);
             spin::record(None, cpu_busy);
         }
         // Interrupts that arrived meanwhile are raised here, as by Thread.pass.

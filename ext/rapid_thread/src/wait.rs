@@ -176,7 +176,7 @@ pub fn block_from(
         Step::Done => return Ok(()),
         Step::Scheduler => return sys::scheduler_block(w, remaining(deadline)),
         Step::Plan(Plan::Spin(b)) => {
-            let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::yield_cpu);
+            let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::LATE);
             spin::record(seen.noticed_after, seen.cpu_busy);
         }
         Step::Plan(Plan::Park(limit)) => sys::park_without_gvl(w, *limit),

@@ -28,10 +28,15 @@ pub fn thread_alone() -> bool {
     unsafe { rb_sys::rb_thread_alone() != 0 }
 }
 
-/// Yields the CPU once; false when the CPU turned out busy and spinning
-/// must stop (the spin policy's `yield_cpu`, crate::spin). It runs without
-/// the GVL: it must not touch Ruby or any `GvlCell`.
-pub type YieldCpu = fn() -> bool;
+/// Yields the CPU once; false when it came back later than `late`: the CPU
+/// is busy and spinning must stop (the spin policy's rule, crate::spin:
+/// `LATE`, and `spin::yield_cpu` for the spins of its own). Runs without
+/// the GVL, here in sys, where nothing touches Ruby.
+fn yield_cpu(late: Duration) -> bool {
+    let before = Instant::now();
+    std::thread::yield_now();
+    before.elapsed() <= late
+}
 
 /// What a spin saw, for the spin policy (crate::spin).
 pub struct SpinReport {
@@ -46,7 +51,7 @@ struct SpinArgs<'a> {
     w: &'a Waiter,
     spin: Duration,
     gvl: Duration,
-    yield_cpu: YieldCpu,
+    late: Duration,
     noticed_after: Cell<Option<Duration>>,
     cpu_busy: Cell<bool>,
 }
@@ -67,7 +72,7 @@ fn spin_phase(a: &SpinArgs) {
         if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin {
             return;
         }
-        if !(a.yield_cpu)() {
+        if !yield_cpu(a.late) {
             a.cpu_busy.set(true);
             return;
         }
@@ -80,7 +85,7 @@ fn spin_phase(a: &SpinArgs) {
         && !w.interrupted.load(Ordering::Relaxed)
         && start.elapsed() < a.gvl
     {
-        if !(a.yield_cpu)() {
+        if !yield_cpu(a.late) {
             a.cpu_busy.set(true);
             return;
         }
@@ -149,20 +154,15 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
 }
 
 /// Spins for the signal with the GVL released (two-phase, see
-/// docs/design-details.md), yielding the CPU through `yield_cpu` between
-/// checks, and stops early when it says the CPU is busy. Returns with the
+/// docs/design-details.md), yielding the CPU between checks, and stops
+/// early when a yield comes back later than `late` (the CPU is busy). Returns with the
 /// GVL held, and what it saw; never raises.
-pub fn spin_without_gvl(
-    w: &Waiter,
-    spin: Duration,
-    gvl: Duration,
-    yield_cpu: YieldCpu,
-) -> SpinReport {
+pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration, late: Duration) -> SpinReport {
     let args = SpinArgs {
         w,
         spin,
         gvl,
-        yield_cpu,
+        late,
         noticed_after: Cell::new(None),
         cpu_busy: Cell::new(false),
     };
@@ -184,7 +184,7 @@ pub fn spin_without_gvl(
 
 struct YieldArgs {
     budget: Duration,
-    yield_cpu: YieldCpu,
+    late: Duration,
     interrupted: AtomicBool,
     cpu_busy: AtomicBool,
 }
@@ -196,7 +196,7 @@ fn yield_phase(a: &YieldArgs) {
         && !a.interrupted.load(Ordering::Relaxed)
         && start.elapsed() < a.budget
     {
-        if !(a.yield_cpu)() {
+        if !yield_cpu(a.late) {
             a.cpu_busy.store(true, Ordering::Relaxed);
             break;
         }
@@ -213,13 +213,14 @@ unsafe extern "C" fn yield_ubf(arg: *mut c_void) {
 /// Gives the GVL to a thread spinning for it in one of our waits (phase 2
 /// of the two-phase wait, which Thread.pass cannot see: it is not queued
 /// on the GVL), and takes it back once that thread has released it again
-/// through one of our waits, or after `budget`, or once `yield_cpu` says
-/// the CPU is busy (then it returns true). Never raises.
-pub fn yield_gvl(budget: Duration, yield_cpu: YieldCpu) -> bool {
+/// through one of our waits, or after `budget`, or once a yield comes
+/// back later than `late` (the CPU is busy: then it returns true). Never
+/// raises.
+pub fn yield_gvl(budget: Duration, late: Duration) -> bool {
     note_gvl_release();
     let args = YieldArgs {
         budget,
-        yield_cpu,
+        late,
         interrupted: AtomicBool::new(false),
         cpu_busy: AtomicBool::new(false),
     };

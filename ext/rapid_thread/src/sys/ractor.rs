@@ -2,10 +2,9 @@
 //! flag for method definitions, freezing, shareable copies, blocking with
 //! the calling Ractor's GVL released, and a cell that a forked child resets.
 
-use std::cell::UnsafeCell;
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use magnus::rb_sys::protect;
 use magnus::Error;
@@ -67,10 +66,17 @@ pub fn shareable(obj: VALUE) -> Result<VALUE, Error> {
 /// starts when the main thread is alone, and a thread that leaves after
 /// the wait began left Ctrl-C with nobody to deliver it (a hang, found by
 /// test_ctrl_c_interrupts_a_blocked_pop).
-pub fn without_gvl<B: FnOnce()>(body: B) -> bool {
+///
+/// # Safety
+/// `body` runs without the GVL: it must not touch Ruby (no `Value`, no
+/// `Ruby` handle, no function of sys that calls Ruby) nor any `GvlCell`,
+/// and must not panic across this call (a panic aborts). Nothing in the
+/// types can say this, so its caller promises it.
+pub unsafe fn without_gvl<B: FnOnce()>(body: B) -> bool {
     // SAFETY: RUBY_UBF_IO is `(rb_unblock_function_t *)-1`, a marker Ruby
     // replaces with its own ubf_select before calling anything, and it
-    // takes no argument of ours; `body` does not touch Ruby.
+    // takes no argument of ours; `body` does not touch Ruby (the caller's
+    // promise).
     unsafe {
         let ubf_io: unsafe extern "C" fn(*mut c_void) = std::mem::transmute(usize::MAX);
         call_without_gvl(body, ubf_io, ptr::null())
@@ -81,9 +87,12 @@ pub fn without_gvl<B: FnOnce()>(body: B) -> bool {
 /// fresh one on first use. A fork can happen while a thread of another
 /// Ractor is inside a lock of `T`; that thread does not exist in the
 /// child, so the child must not use the parent's `T` at all. `get`,
-/// `Drop` and the GC callbacks (through `get`) reset it first.
+/// `Drop` and the GC callbacks (through `get`) reset it first. The value
+/// lives in a box of its own, and a reset points the cell at a new box:
+/// the parent's is leaked, never overwritten, so a reference taken before
+/// the fork (by the thread that forked) stays valid.
 pub struct ForkCell<T> {
-    cell: UnsafeCell<T>,
+    value: AtomicPtr<T>,
     gen: AtomicU64,
     /// The generation whose reset has been claimed (a stale value, left
     /// by a fork in the middle of a reset, is claimable again).
@@ -91,10 +100,9 @@ pub struct ForkCell<T> {
     fresh: fn(&T) -> T,
 }
 
-// SAFETY: `T` is Sync (its own locks guard it); the cell is only written
-// by the one thread that wins `resetting` in a forked child, before any
-// other thread of the child can have a reference to the contents (see
-// `get`).
+// SAFETY: the cell hands out only `&T` (T: Sync, its own locks guard it)
+// and replaces the pointer, never the pointee: shared references are
+// never invalidated.
 unsafe impl<T: Sync + Send> Sync for ForkCell<T> {}
 // SAFETY: the cell owns its `T` (or leaks the parent's in a child): moving
 // it to another thread moves a `T`, which is Send.
@@ -105,7 +113,7 @@ impl<T> ForkCell<T> {
     /// read plain fields (no lock: the parent's locks may be held forever).
     pub fn new(v: T, fresh: fn(&T) -> T) -> ForkCell<T> {
         ForkCell {
-            cell: UnsafeCell::new(v),
+            value: AtomicPtr::new(Box::into_raw(Box::new(v))),
             gen: AtomicU64::new(fork_generation()),
             resetting: AtomicU64::new(fork_generation()),
             fresh,
@@ -118,8 +126,11 @@ impl<T> ForkCell<T> {
         if self.gen.load(Ordering::Acquire) != g {
             self.reset(g);
         }
-        // SAFETY: written only by `reset`, never while a reference exists.
-        unsafe { &*self.cell.get() }
+        // SAFETY: the pointer always points at a live box (made by `new`
+        // or `reset`), which is freed only by `Drop` (no `&self` left) and
+        // otherwise leaked; the Acquire pairs with the Release of the
+        // store that published it.
+        unsafe { &*self.value.load(Ordering::Acquire) }
     }
 
     #[cold]
@@ -141,18 +152,13 @@ impl<T> ForkCell<T> {
                 break;
             }
         }
-        // SAFETY: we are in a forked child (the generation moved) and won
-        // the claim for this generation; every other access goes through
-        // `get`, which waits above until the write is done, and no thread
-        // of the child holds a reference from before (threads of the
-        // parent do not exist here). The parent's value is forgotten, not
-        // dropped: a thread that vanished in the fork may have left it half
-        // updated (its memory is leaked, once per fork).
-        unsafe {
-            let p = self.cell.get();
-            let fresh = (self.fresh)(&*p);
-            std::mem::forget(ptr::replace(p, fresh));
-        }
+        // SAFETY: the box is live (see `get`); `fresh` only reads plain
+        // fields of the parent's value. The parent's value is forgotten,
+        // not dropped: a thread that vanished in the fork may have left it
+        // half updated (its memory is leaked, once per fork).
+        let fresh = (self.fresh)(unsafe { &*self.value.load(Ordering::Acquire) });
+        self.value
+            .store(Box::into_raw(Box::new(fresh)), Ordering::Release);
         self.gen.store(g, Ordering::Release);
     }
 }
@@ -160,7 +166,10 @@ impl<T> ForkCell<T> {
 impl<T> Drop for ForkCell<T> {
     fn drop(&mut self) {
         // The parent's value in a child that never used it is leaked.
-        let _ = self.get();
+        let current = self.get() as *const T as *mut T;
+        // SAFETY: the current box, made by `new` or `reset` with
+        // Box::into_raw, and no reference to it is left (`&mut self`).
+        drop(unsafe { Box::from_raw(current) });
     }
 }
 

@@ -1,5 +1,6 @@
 //! Ruby's sleep (the second phase of a wait), interrupts, and jumps.
 
+use std::marker::PhantomData;
 use std::time::Duration;
 
 use magnus::rb_sys::protect;
@@ -81,6 +82,9 @@ pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
 /// third of a ping-pong's CPU time once waits slept).
 pub struct Sleeper {
     mutex: VALUE,
+    /// Not Send: dropped on another thread (one without the GVL), its
+    /// unlock would call Ruby there.
+    _here: PhantomData<*mut ()>,
 }
 
 impl Drop for Sleeper {
@@ -133,8 +137,14 @@ impl Sleeper {
             rb_sys::rb_mutex_lock(m)
         });
         match locked {
-            Ok(_) => Ok(Sleeper { mutex }),
-            Err(e) if is_thread_error(&e) => Ok(Sleeper { mutex: QNIL }),
+            Ok(_) => Ok(Sleeper {
+                mutex,
+                _here: PhantomData,
+            }),
+            Err(e) if is_thread_error(&e) => Ok(Sleeper {
+                mutex: QNIL,
+                _here: PhantomData,
+            }),
             Err(e) => Err(e),
         }
     }

@@ -1,6 +1,7 @@
 //! Waiters and wait lists: intrusive, on the waiting thread's stack.
 
 use std::cell::Cell;
+use std::marker::PhantomData;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
@@ -188,6 +189,7 @@ impl Waiter {
             scheduler: head.scheduler,
             blocker: head.blocker,
             sleeping: head.sleeping.get(),
+            _here: PhantomData,
         }
     }
 }
@@ -201,6 +203,8 @@ pub struct WakeTarget {
     scheduler: VALUE,
     blocker: VALUE,
     sleeping: bool,
+    /// Not Send: `wake` calls Ruby, so it must run where the GVL is.
+    _here: PhantomData<*mut ()>,
 }
 
 impl WakeTarget {
