@@ -20,7 +20,7 @@ Gem::Specification.new do |spec|
     "rubygems_mfa_required" => "true"
   }
   # Tested on Ruby 3.1.2 (Debian 12), 3.3.8 and 3.4.5 (both also with M:N
-  # threads); 3.2 is expected to work but is not tested (README).
+  # threads); 3.2 is expected to work but is not tested (docs/development.md, "Gems").
   spec.required_ruby_version = [">= 3.1", "< 3.5"]
 
   # The source gem: Rust sources, compiled on install (extensions below).

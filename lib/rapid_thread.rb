@@ -33,14 +33,14 @@ require_relative "rapid_thread/executor"
 # RapidThread.select(*queues, timeout: nil).
 #
 # The classes and the methods below are defined by the native extension;
-# README.md documents every public method and docs/design.md how they work.
+# docs/api.md documents every public method and docs/design.md how they work.
 #
 # Tuning of blocking waits (process-wide):
 #
 # RapidThread.spin_us / RapidThread.spin_us = n
 #   How long, in microseconds, a blocked waiter yields the CPU with the GVL
 #   released, waiting for its wake-up, before it falls back to Ruby's own
-#   sleep. 0 disables the spin (and the park below). Default 50, or
+#   sleep. 0 disables the spin (and parking). Default 50, or
 #   ENV["RAPID_THREAD_SPIN_US"].
 #
 # RapidThread.gvl_spin_us / RapidThread.gvl_spin_us = n
@@ -48,18 +48,10 @@ require_relative "rapid_thread/executor"
 #   released the GVL, so that taking the GVL does not sleep. Default 50, or
 #   ENV["RAPID_THREAD_GVL_SPIN_US"].
 #
-# A wait spins only while a CPU is free (never on one CPU, nor while other
-# processes leave less than one and a half CPUs free), and a spin that
-# noticed its wake-up more than 100 µs late, or whose yield came back that
-# late, makes every wait skip the spin for a quiet period (1 ms, doubling
-# with each late spin up to 100 ms, halving with each prompt one). Where
-# it may not spin (and on Ruby 3.1/3.2 only), a wait on a queue or
-# condition variable that woke someone in the last 10 ms parks instead: it sleeps on a futex of its own
-# with the GVL released, for at most 10 ms, before Ruby's sleep.
-# RapidThread.spin_stats counts what was decided
-# ({ spins:, late_spins:, parks:, quiet: }); RapidThread.cpu_budget says
-# how many CPUs the policy counts (the affinity mask, cut to a cgroup CPU
-# quota) and why.
+# When a wait spins, parks or sleeps is the spin policy, described once in
+# the header of ext/rapid_thread/src/spin.rs. RapidThread.spin_stats counts
+# what it decided ({ spins:, late_spins:, parks:, quiet: });
+# RapidThread.cpu_budget says how many CPUs it counts and why.
 module RapidThread
   self.spin_us = Integer(ENV["RAPID_THREAD_SPIN_US"]) if ENV["RAPID_THREAD_SPIN_US"]
   self.gvl_spin_us = Integer(ENV["RAPID_THREAD_GVL_SPIN_US"]) if ENV["RAPID_THREAD_GVL_SPIN_US"]

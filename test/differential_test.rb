@@ -18,7 +18,7 @@ class DifferentialTest < RapidThreadTest
   # thread has either finished or is blocked in the queue (counted by
   # num_waiting) with nothing to take: a blocked popper means an open, empty
   # queue, a blocked pusher an open, full one. (stop? alone is not enough:
-  # a woken waiter still spinning for the GVL reads as stopped, README.)
+  # a woken waiter still spinning for the GVL reads as stopped, docs/api.md.)
   # Then who gets what is decided by FIFO order alone.
   def settle(q, helpers)
     deadline = now + 10

@@ -9,7 +9,7 @@
 #   ::ConditionVariable, Thread::ConditionVariable -> RapidThread::ConditionVariable
 #
 # Objects created before the swap keep their stock classes, so
-# `old_queue.is_a?(Thread::Queue)` is false afterwards (README.md).
+# `old_queue.is_a?(Thread::Queue)` is false afterwards (README.md, "Drop-in mode").
 # Plain `require "rapid_thread"` changes no core constant.
 require "rapid_thread"
 

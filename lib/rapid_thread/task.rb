@@ -4,7 +4,7 @@ module RapidThread
   # The handle RapidThread.spawn / Thread.spawn returns: Thread's interface
   # for one block that a cached worker thread runs as if on a fresh thread.
   # The methods not defined here are native (ext/rapid_thread/src/task.rs);
-  # README.md documents all of them and how a Task differs from a Thread.
+  # docs/api.md documents all of them and how a Task differs from a Thread.
   class Task
     class << self
       undef_method :new
