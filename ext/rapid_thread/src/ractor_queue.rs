@@ -137,7 +137,9 @@ impl DataTypeFunctions for RactorQueue {
     }
 
     fn size(&self) -> usize {
+        // The shared state lives in a box of its own (sys::ForkCell).
         std::mem::size_of::<Self>()
+            + std::mem::size_of::<Shared>()
             + self.shared.get().lock().items.capacity() * std::mem::size_of::<VALUE>()
     }
 }

@@ -27,11 +27,6 @@ pub struct GvlCell<T> {
     busy: Cell<bool>,
 }
 
-// SAFETY: moving the cell moves its `T` (Send) and a flag; the cell is
-// used only by the thread holding the GVL wherever it lives (Ruby objects
-// move between Ruby threads, which is what Send means for typed data).
-unsafe impl<T: Send> Send for GvlCell<T> {}
-
 impl<T: Default> Default for GvlCell<T> {
     fn default() -> Self {
         GvlCell::new(T::default())
@@ -52,17 +47,23 @@ impl<T> GvlCell<T> {
     /// middle, and either would abort here (see the type).
     #[inline(always)]
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        struct Release<'a>(&'a Cell<bool>);
+        impl Drop for Release<'_> {
+            fn drop(&mut self) {
+                self.0.set(false);
+            }
+        }
         if self.busy.replace(true) {
             reentered();
         }
-        // Cleared on every way out; a panic through `f` leaves it set, and
-        // the next `with` aborts rather than see half-updated contents.
+        // Cleared on every way out, a panic's too (as a RefCell's borrow).
+        let _release = Release(&self.busy);
         // SAFETY: `busy` was clear, so no other reference to the contents
-        // exists (every access goes through here), and the cell is not
-        // Sync, so no other OS thread can be here at the same time.
-        let r = f(unsafe { &mut *self.value.get() });
-        self.busy.set(false);
-        r
+        // exists (every access goes through here). Other threads reach the
+        // cell only while holding the GVL, which this one holds (every
+        // caller is a method of an object only the main Ractor can use, a
+        // GC callback or a cached thread's body), so they are not here now.
+        f(unsafe { &mut *self.value.get() })
     }
 }
 
@@ -73,7 +74,7 @@ fn reentered() -> ! {
     use std::io::Write;
     let _ = writeln!(
         std::io::stderr(),
-        "rapid_thread: a GvlCell was entered twice (a bug); aborting"
+        "rapid_thread: a GvlCell was entered while in use (a bug); aborting"
     );
     std::process::abort()
 }
@@ -108,6 +109,18 @@ impl<T> GvlStatic<T> {
             without_the_gvl();
         }
         self.0.with(f)
+    }
+
+    /// The cell for a mark callback: the `Marker` proves a GC is marking
+    /// (on a GC's worker thread, under MMTk, which holds no GVL, while every
+    /// Ruby thread is stopped), so no check.
+    pub fn marking(&self, _: &Marker) -> &GvlCell<T> {
+        &self.0
+    }
+
+    /// The cell for a compaction callback (as `marking`).
+    pub fn compacting(&self, _: &Compactor) -> &GvlCell<T> {
+        &self.0
     }
 
     /// The cell, for the helpers that take one (`wait::enlisted`,

@@ -507,11 +507,17 @@ pub fn while_enlisted_on_each<S, R>(
 
 // The list's logic on plain Rust data: waiters whose `thread` is just an
 // id, lists in cells only these tests touch (one thread each, no Ruby).
-// `cargo test -- --test-threads=1`: one test simulates a fork, which every
-// list notices.
+// One test simulates a fork, which every list notices: they take turns
+// (`serial`), whatever `--test-threads` says.
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Mutex, MutexGuard};
+
+    fn serial() -> MutexGuard<'static, ()> {
+        static SERIAL: Mutex<()> = Mutex::new(());
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
 
     fn waiter(id: VALUE) -> Waiter {
         Waiter::new(id, QNIL, QNIL, QNIL)
@@ -542,6 +548,7 @@ mod tests {
 
     #[test]
     fn pop_front_is_fifo_and_pop_back_lifo() {
+        let _serial = serial();
         let cell = GvlCell::new(WaitList::new());
         enlisted(&cell, &[1, 2, 3, 4], || {
             assert_eq!(pop(&cell, true), Some(1));
@@ -558,6 +565,7 @@ mod tests {
 
     #[test]
     fn a_waiter_leaving_from_the_middle_or_an_end_keeps_the_order() {
+        let _serial = serial();
         let cell = GvlCell::new(WaitList::new());
         for leaving in [1, 2, 3] {
             enlisted(&cell, &[1], || {
@@ -599,6 +607,7 @@ mod tests {
 
     #[test]
     fn every_way_out_of_a_wait_leaves_the_list() {
+        let _serial = serial();
         let cell = GvlCell::new(WaitList::new());
         // Woken, not woken, and a panic out of the wait (a Ruby jump is
         // caught and returned as an error before it reaches here; a panic
@@ -618,6 +627,7 @@ mod tests {
 
     #[test]
     fn a_group_woken_through_one_list_is_passed_over_on_the_others() {
+        let _serial = serial();
         let (a, b) = (GvlCell::new(WaitList::new()), GvlCell::new(WaitList::new()));
         let head = waiter(7);
         let ((), woken_by) = while_enlisted_on_each(&head, &[&a, &b], list, || {
@@ -637,6 +647,7 @@ mod tests {
 
     #[test]
     fn a_forked_child_forgets_the_parents_waiters() {
+        let _serial = serial();
         let cell = GvlCell::new(WaitList::new());
         enlisted(&cell, &[1, 2], || {
             // The child: its lists forget every waiter (`forget_all`, on

@@ -234,13 +234,14 @@ struct Roots;
 
 impl DataTypeFunctions for Roots {
     fn mark(&self, m: &Marker) {
-        sys::mark_from(m, POOL.cell(), |p, mark| {
+        sys::mark_from(m, POOL.marking(m), |p, mark| {
             p.values_mut().for_each(|v| mark(*v))
         });
     }
 
     fn compact(&self, c: &Compactor) {
-        POOL.with(|p| p.values_mut().for_each(|v| *v = sys::gc_location(c, *v)));
+        POOL.compacting(c)
+            .with(|p| p.values_mut().for_each(|v| *v = sys::gc_location(c, *v)));
     }
 }
 
