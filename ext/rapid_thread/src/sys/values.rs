@@ -71,11 +71,14 @@ impl<T> GvlCell<T> {
 #[cold]
 #[inline(never)]
 fn reentered() -> ! {
+    abort_with("a GvlCell was entered while in use")
+}
+
+/// Ends the process on a bug that would otherwise be undefined behaviour.
+#[cold]
+fn abort_with(what: &str) -> ! {
     use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "rapid_thread: a GvlCell was entered while in use (a bug); aborting"
-    );
+    let _ = writeln!(std::io::stderr(), "rapid_thread: {what} (a bug); aborting");
     std::process::abort()
 }
 
@@ -137,12 +140,7 @@ impl<T> GvlStatic<T> {
 #[cold]
 #[inline(never)]
 fn without_the_gvl() -> ! {
-    use std::io::Write;
-    let _ = writeln!(
-        std::io::stderr(),
-        "rapid_thread: process-wide state touched without the GVL (a bug); aborting"
-    );
-    std::process::abort()
+    abort_with("process-wide state touched without the GVL")
 }
 
 // ---------------------------------------------------------------------------
