@@ -23,6 +23,13 @@ class ConditionVariableTest < RapidThreadTest
     wait_until { threads.all? { |t| t.status == "sleep" || t.stop? } }
   end
 
+  # A Thread#run between the end of the waiter's spin and its sleep (while
+  # it waits for the GVL back) ends the wait, as stock's Mutex#sleep ends.
+  def test_thread_run_ends_a_wait_whose_spin_just_ended
+    rounds = scaled(400)
+    assert_equal "ok #{rounds}\n", child_output("condition_variable/run_while_the_waiter_takes_the_gvl_back", rounds.to_s, timeout: 60)
+  end
+
   def test_signal_wakes_a_waiter_holding_the_mutex_again
     m = Thread::Mutex.new
     cv = CV.new
