@@ -477,9 +477,7 @@ pub fn ractor_budget(deadline: Option<Instant>) -> Duration {
 /// when the yield came back late (the CPU was busy): the spinner stops, and
 /// reports it (see [`record`]). Safe to call without the GVL.
 pub fn yield_cpu() -> bool {
-    let before = Instant::now();
-    std::thread::yield_now();
-    before.elapsed() <= LATE
+    sys::yield_cpu(LATE)
 }
 
 /// Judges a finished spin: late (`cpu_busy`, or a wake-up noticed more

@@ -30,9 +30,9 @@ pub fn thread_alone() -> bool {
 
 /// Yields the CPU once; false when it came back later than `late`: the CPU
 /// is busy and spinning must stop (the spin policy's rule, crate::spin:
-/// `LATE`, and `spin::yield_cpu` for the spins of its own). Runs without
-/// the GVL, here in sys, where nothing touches Ruby.
-fn yield_cpu(late: Duration) -> bool {
+/// `LATE`; `spin::yield_cpu` is this with that bound). Touches no Ruby:
+/// safe without the GVL.
+pub fn yield_cpu(late: Duration) -> bool {
     let before = Instant::now();
     std::thread::yield_now();
     before.elapsed() <= late

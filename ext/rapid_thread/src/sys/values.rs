@@ -104,14 +104,10 @@ impl<T> GvlStatic<T> {
         GvlStatic(GvlCell::new(v))
     }
 
-    /// As [`GvlCell::with`], after checking for the GVL.
+    /// As [`GvlCell::with`], after checking for the GVL (`cell`).
     #[inline]
     pub fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        // SAFETY: a plain query of the current native thread's state.
-        if unsafe { ruby_thread_has_gvl_p() } == 0 {
-            without_the_gvl();
-        }
-        self.0.with(f)
+        self.cell().with(f)
     }
 
     /// The cell for a mark callback: the `Marker` proves a GC is marking
@@ -128,6 +124,7 @@ impl<T> GvlStatic<T> {
 
     /// The cell, for the helpers that take one (`wait::enlisted`,
     /// `wait::wake_*`), once the GVL has been checked.
+    #[inline]
     pub fn cell(&self) -> &GvlCell<T> {
         // SAFETY: a plain query of the current native thread's state.
         if unsafe { ruby_thread_has_gvl_p() } == 0 {
