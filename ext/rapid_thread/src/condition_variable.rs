@@ -11,7 +11,6 @@
 //! pending interrupts, then sleeps in that Mutex#sleep itself, as stock's.
 
 use magnus::scan_args::scan_args;
-use magnus::value::Lazy;
 use magnus::{
     method, prelude::*, DataTypeFunctions, Error, RClass, RModule, Ruby, TypedData, Value,
 };
@@ -55,14 +54,6 @@ pub struct ConditionVariable {
 
 impl DataTypeFunctions for ConditionVariable {}
 
-static THREAD_MUTEX: Lazy<RClass> = Lazy::new(|ruby| {
-    ruby.class_object()
-        .const_get::<_, RClass>("Thread")
-        .unwrap()
-        .const_get("Mutex")
-        .unwrap()
-});
-
 impl ConditionVariable {
     fn get(rb_self: &Value) -> Result<&ConditionVariable, Error> {
         sys::typed_ref::<ConditionVariable>(rb_self)
@@ -92,24 +83,27 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
             )
         }
     };
-    let (mutex, timeout) = (sys::raw(mutex), sys::raw(timeout));
-    let native = sys::class_of(mutex) == sys::raw(ruby.get_inner(&THREAD_MUTEX).as_value());
+    let native = sys::NativeMutex::new(ruby, mutex);
     // A signal is always worth passing on (stock loses it).
-    let slept = enlisted(
+    enlisted(
         &cv.state,
         waiters,
         End::Oldest,
         mutex,
         |_| true,
         |w| {
-            if !native || w.has_scheduler() {
-                // Stock's path: whatever `sleep` does, woken by a real wake-up.
-                w.set_sleeping();
-                return sys::call_sleep(mutex, timeout);
-            }
+            let native = match native {
+                Some(m) if !w.has_scheduler() => m,
+                _ => {
+                    // Stock's path: whatever `sleep` does, woken by a real
+                    // wake-up.
+                    w.set_sleeping();
+                    return sys::call_sleep(mutex, timeout);
+                }
+            };
             // Mutex#sleep, natively: convert the timeout first (same errors),
             // unlock (ThreadError if not owned), wait, re-lock no matter what.
-            let limit = (timeout != sys::QNIL)
+            let limit = (!timeout.is_nil())
                 .then(|| sys::time_interval(timeout))
                 .transpose()?;
             let deadline = wait::deadline_after(limit);
@@ -122,15 +116,15 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
                 // handler pending now runs first, here: in the sleep's own
                 // first interrupt check, Ruby would overwrite the wake-up
                 // it sends (stock loses it so; see wait::block_from).
-                sys::check_ints_before_sleep()?;
+                sys::check_ints_before_sleep(ruby)?;
                 if !w.signaled() {
                     w.set_sleeping();
                     sys::note_gvl_release();
-                    return sys::mutex_sleep(mutex, timeout);
+                    return sys::mutex_sleep(native, timeout);
                 }
                 step = Step::Done;
             }
-            sys::mutex_unlock(mutex)?;
+            sys::mutex_unlock(native)?;
             let started = sys::wall_seconds();
             let waited = wait::block_from(w, deadline, true, step);
             // Mutex#sleep returns nil when its timeout ran out without a
@@ -142,18 +136,16 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
             // the wait's error is raised (as stock raises it, the re-lock's
             // interrupt being deferred) unless the re-lock's is more urgent
             // (a kill, fatal).
-            wait::finally(waited, || relock(mutex))?;
-            sys::check_ints()?;
+            wait::finally(ruby, waited, || relock(ruby, native))?;
+            sys::check_ints(ruby)?;
             if timed_out {
-                return Ok(sys::QNIL);
+                return Ok(sys::nil(ruby));
             }
-            Ok(sys::raw(
-                ruby.integer_from_i64(sys::wall_seconds() - started)
-                    .as_value(),
-            ))
+            Ok(ruby
+                .integer_from_i64(sys::wall_seconds() - started)
+                .as_value())
         },
-    );
-    slept.map(sys::value)
+    )
 }
 
 /// Re-locks the mutex after the wait, as stock's uninterruptible re-lock:
@@ -161,11 +153,13 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
 /// interrupt that breaks a contended lock is kept, the mutex taken with
 /// further interrupts deferred, and the kept error returned with the mutex
 /// held (stock raises it right after the re-lock too).
-fn relock(mutex: rb_sys::VALUE) -> Result<(), Error> {
+fn relock(ruby: &Ruby, mutex: sys::NativeMutex) -> Result<(), Error> {
     match sys::mutex_lock_once(mutex) {
         Ok(()) => Ok(()),
         Err(e) if errors::is_thread_error(&e) => Err(e),
-        Err(e) => Err(wait::after_error(e, || sys::mutex_relock_masked(mutex))),
+        Err(e) => Err(wait::after_error(ruby, e, || {
+            sys::mutex_relock_masked(mutex)
+        })),
     }
 }
 
@@ -187,22 +181,24 @@ fn nobody_waiting(rb_self: &Value) -> bool {
         .is_some_and(|cv| cv.state.with(|s| waiters(s).is_empty()))
 }
 
-extern "C" fn signal_fast(rb_self: Value) -> Value {
-    // The panic's payload (if any) is dropped before the full method,
-    // which may raise, runs.
-    if std::panic::catch_unwind(|| nobody_waiting(&rb_self)).unwrap_or(false) {
-        return rb_self;
+struct SignalFast;
+
+impl sys::FastMethod0 for SignalFast {
+    const SLOW: sys::RawMethod0 = method!(signal, 0);
+
+    fn fast(_: &Ruby, rb_self: Value) -> Option<Value> {
+        nobody_waiting(&rb_self).then_some(rb_self)
     }
-    sys::call_method0(method!(signal, 0), rb_self)
 }
 
-extern "C" fn broadcast_fast(rb_self: Value) -> Value {
-    // The panic's payload (if any) is dropped before the full method,
-    // which may raise, runs.
-    if std::panic::catch_unwind(|| nobody_waiting(&rb_self)).unwrap_or(false) {
-        return rb_self;
+struct BroadcastFast;
+
+impl sys::FastMethod0 for BroadcastFast {
+    const SLOW: sys::RawMethod0 = method!(broadcast, 0);
+
+    fn fast(_: &Ruby, rb_self: Value) -> Option<Value> {
+        nobody_waiting(&rb_self).then_some(rb_self)
     }
-    sys::call_method0(method!(broadcast, 0), rb_self)
 }
 
 fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
@@ -213,10 +209,10 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
     let class = module.define_class("ConditionVariable", ruby.class_object())?;
     class.define_alloc_func::<ConditionVariable>();
     class.define_method("initialize", method!(initialize, 0))?;
-    sys::undef_method(class.as_value(), c"initialize_copy");
+    sys::undef_method(class, c"initialize_copy");
     class.define_method("marshal_dump", method!(marshal_dump, 0))?;
     class.define_method("wait", method!(wait, -1))?;
-    class.define_method("signal", signal_fast as sys::RawMethod0)?;
-    class.define_method("broadcast", broadcast_fast as sys::RawMethod0)?;
+    class.define_method("signal", sys::entry0::<SignalFast> as sys::RawMethod0)?;
+    class.define_method("broadcast", sys::entry0::<BroadcastFast> as sys::RawMethod0)?;
     Ok(class)
 }

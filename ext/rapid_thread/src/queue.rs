@@ -5,24 +5,21 @@
 //! `max == 0` means unbounded.
 
 use std::collections::VecDeque;
-use std::os::raw::c_int;
 use std::time::{Duration, Instant};
 
+use crate::errors;
+use crate::sys::{self, GvlCell, Held, WaitList};
+use crate::wait::{self, park};
 use magnus::gc::{Compactor, Marker};
 use magnus::scan_args::{get_kwargs, scan_args};
 use magnus::{
-    method, prelude::*, DataTypeFunctions, Error, Integer, RClass, RHash, RModule, Ruby, TypedData,
-    Value,
+    method, prelude::*, DataTypeFunctions, Error, Integer, RArray, RClass, RHash, RModule, Ruby,
+    TypedData, Value,
 };
-use rb_sys::VALUE;
-
-use crate::errors;
-use crate::sys::{self, GvlCell, WaitList};
-use crate::wait::{self, park};
 
 #[derive(Default)]
 pub struct State {
-    pub items: VecDeque<VALUE>,
+    pub items: VecDeque<Held>,
     pub initialized: bool,
     /// Set once, by `close`, which also sets the object's closed flag
     /// (`sys::set_closed_flag`) that `closed?` reads.
@@ -92,14 +89,14 @@ impl DataTypeFunctions for Queue {
 
     fn size(&self) -> usize {
         std::mem::size_of::<Self>()
-            + self.state.with(|s| s.items.capacity()) * std::mem::size_of::<VALUE>()
+            + self.state.with(|s| s.items.capacity()) * std::mem::size_of::<Held>()
     }
 }
 
 /// Outcome of a non-blocking attempt, decided under the GVL without
 /// calling Ruby; errors are built afterwards.
 pub enum Take {
-    Item(VALUE, bool),
+    Item(Held, bool),
     Empty,
     NotInitialized,
 }
@@ -144,45 +141,51 @@ impl Queue {
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
         match self.try_shift() {
-            Take::Item(v, wake_pusher) => self.took(v, wake_pusher),
+            Take::Item(v, wake_pusher) => self.took(&Ruby::get_with(rb_self), v, wake_pusher),
             Take::NotInitialized => Err(errors::not_initialized(rb_self)),
             Take::Empty if !should_block => Err(errors::thread_error("queue empty")),
-            Take::Empty if timeout == Some(Duration::ZERO) => Ok(sys::value(sys::QNIL)),
+            Take::Empty if timeout == Some(Duration::ZERO) => {
+                Ok(sys::nil(&Ruby::get_with(rb_self)))
+            }
             Take::Empty => self.pop_wait(rb_self, wait::deadline_after(timeout)),
         }
     }
 
     #[inline(always)]
-    pub fn took(&self, v: VALUE, wake_pusher: bool) -> Result<Value, Error> {
+    pub fn took(&self, ruby: &Ruby, v: Held, wake_pusher: bool) -> Result<Value, Error> {
+        // On this stack (where the GC sees it) before the wake-up runs Ruby.
+        let v = v.get(ruby);
         if wake_pusher {
             wait::wake_one(&self.state, pushers)?;
         }
-        Ok(sys::value(v))
+        Ok(v)
     }
 
     #[inline(never)]
     fn pop_wait(&self, rb_self: Value, deadline: Option<Instant>) -> Result<Value, Error> {
-        let me = sys::raw(rb_self);
+        let ruby = Ruby::get_with(rb_self);
         loop {
             if self.state.with(|s| s.closed) {
-                return Ok(sys::value(sys::QNIL));
+                return Ok(sys::nil(&ruby));
             }
-            park(&self.state, poppers, me, deadline, |s| !s.items.is_empty())?;
+            park(&self.state, poppers, rb_self, deadline, |s| {
+                !s.items.is_empty()
+            })?;
             match self.try_shift() {
-                Take::Item(v, wake_pusher) => return self.took(v, wake_pusher),
+                Take::Item(v, wake_pusher) => return self.took(&ruby, v, wake_pusher),
                 Take::NotInitialized => return Err(errors::not_initialized(rb_self)),
                 Take::Empty => {}
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(sys::value(sys::QNIL));
+                return Ok(sys::nil(&ruby));
             }
         }
     }
 
     /// Appends `v`, waking one blocked popper.
     #[inline(always)]
-    pub fn push_item(&self, rb_self: Value, v: VALUE) -> Result<Value, Error> {
-        let me = sys::raw(rb_self);
+    pub fn push_item(&self, rb_self: Value, v: Value) -> Result<Value, Error> {
+        let v = Held::new(v);
         let r = self.state.with(|s| {
             let s = s.fresh();
             if s.closed {
@@ -196,7 +199,7 @@ impl Queue {
         });
         match r {
             Ok(wake) => {
-                sys::write_barrier(me, v);
+                sys::write_barrier(rb_self, v);
                 if wake {
                     wait::wake_one(&self.state, poppers)?;
                 }
@@ -211,7 +214,7 @@ impl Queue {
     pub fn push_bounded(
         &self,
         rb_self: Value,
-        v: VALUE,
+        v: Value,
         should_block: bool,
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
@@ -221,7 +224,8 @@ impl Queue {
             Closed,
             NotInitialized,
         }
-        let me = sys::raw(rb_self);
+        let ruby = Ruby::get_with(rb_self);
+        let v = Held::new(v);
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
         loop {
@@ -240,7 +244,7 @@ impl Queue {
             });
             match put {
                 Put::Done(wake_popper) => {
-                    sys::write_barrier(me, v);
+                    sys::write_barrier(rb_self, v);
                     if wake_popper {
                         wait::wake_one(&self.state, poppers)?;
                     }
@@ -250,6 +254,7 @@ impl Queue {
                 Put::Closed => return Err(errors::closed_queue()),
                 Put::Full(closed) => {
                     let stop = instead_of_waiting(
+                        &ruby,
                         &mut first,
                         should_block,
                         timeout,
@@ -264,7 +269,7 @@ impl Queue {
                     }
                 }
             }
-            park(&self.state, pushers, me, deadline, |s| {
+            park(&self.state, pushers, rb_self, deadline, |s| {
                 s.items.len() < s.max
             })?;
         }
@@ -280,7 +285,7 @@ impl Queue {
         should_block: bool,
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
-        let me = sys::raw(rb_self);
+        let ruby = Ruby::get_with(rb_self);
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
         loop {
@@ -288,11 +293,12 @@ impl Queue {
             if ready > 0 {
                 // The items stay in the queue (marked) while Ruby allocates
                 // the Array; then they move into it with no allocation.
-                let ary = sys::ary_new_capa(ready)?;
+                let mut fresh = sys::FreshArray::new(&ruby, ready)?;
                 let (taken, wake_pushers) = self.state.with(|s| {
-                    let taken = sys::ary_take_front(ary, &mut s.items, ready);
+                    let taken = sys::ary_take_front(&mut fresh, &mut s.items, ready);
                     (taken, s.max != 0 && !s.pushers.is_empty())
                 });
+                let ary = fresh.into_array();
                 if taken > 0 {
                     if wake_pushers {
                         if let Err(e) = wait::wake_n(&self.state, pushers, taken) {
@@ -306,25 +312,33 @@ impl Queue {
                             // items back, the error staying the one raised.
                             self.state
                                 .with(|s| sys::ary_put_back_front(ary, &mut s.items));
-                            sys::write_barrier_from(me, ary, 0, taken);
-                            sys::gc_guard(ary);
-                            return Err(wait::after_error(e, || {
+                            sys::write_barrier_from(rb_self, ary, 0, taken);
+                            sys::gc_guard(sys::raw(ary.as_value()));
+                            return Err(wait::after_error(&ruby, e, || {
                                 wait::wake_n(&self.state, poppers, taken).map(drop)
                             }));
                         }
                     }
-                    return Ok(sys::value(ary));
+                    return Ok(ary.as_value());
                 }
             }
-            let stop =
-                instead_of_waiting(&mut first, should_block, timeout, deadline, "queue empty");
+            let stop = instead_of_waiting(
+                &ruby,
+                &mut first,
+                should_block,
+                timeout,
+                deadline,
+                "queue empty",
+            );
             if let Some(r) = stop {
                 return r;
             }
             if self.state.with(|s| s.closed) {
-                return Ok(sys::value(sys::QNIL));
+                return Ok(sys::nil(&ruby));
             }
-            park(&self.state, poppers, me, deadline, |s| !s.items.is_empty())?;
+            park(&self.state, poppers, rb_self, deadline, |s| {
+                !s.items.is_empty()
+            })?;
         }
     }
 
@@ -339,7 +353,7 @@ impl Queue {
     pub fn push_values(
         &self,
         rb_self: Value,
-        vals: VALUE,
+        vals: RArray,
         should_block: bool,
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
@@ -349,7 +363,7 @@ impl Queue {
             Closed,
             NotInitialized,
         }
-        let me = sys::raw(rb_self);
+        let ruby = Ruby::get_with(rb_self);
         let deadline = wait::deadline_after(timeout);
         let n = sys::ary_len(vals);
         let mut done = 0;
@@ -378,7 +392,7 @@ impl Queue {
                 Put::NotInitialized => return Err(errors::not_initialized(rb_self)),
                 Put::Closed => return Err(errors::closed_queue()),
                 Put::Added(k, wake_poppers) => {
-                    sys::write_barrier_from(me, vals, done, k);
+                    sys::write_barrier_from(rb_self, vals, done, k);
                     done += k;
                     if wake_poppers {
                         wait::wake_n(&self.state, poppers, k)?;
@@ -389,6 +403,7 @@ impl Queue {
                 }
                 Put::Full(closed) => {
                     let stop = instead_of_waiting(
+                        &ruby,
                         &mut first,
                         should_block,
                         timeout,
@@ -401,7 +416,7 @@ impl Queue {
                     if closed {
                         return Err(errors::closed_queue());
                     }
-                    park(&self.state, pushers, me, deadline, |s| {
+                    park(&self.state, pushers, rb_self, deadline, |s| {
                         s.items.len() < s.max
                     })?;
                 }
@@ -429,6 +444,7 @@ impl Queue {
 /// and `timeout: 0` returns nil; after a wait, an expired deadline returns
 /// nil. None: wait (again).
 fn instead_of_waiting(
+    ruby: &Ruby,
     first: &mut bool,
     should_block: bool,
     timeout: Option<Duration>,
@@ -440,10 +456,10 @@ fn instead_of_waiting(
             return Some(Err(errors::thread_error(refusal)));
         }
         if timeout == Some(Duration::ZERO) {
-            return Some(Ok(sys::value(sys::QNIL)));
+            return Some(Ok(sys::nil(ruby)));
         }
     } else if deadline.is_some_and(|d| Instant::now() >= d) {
-        return Some(Ok(sys::value(sys::QNIL)));
+        return Some(Ok(sys::nil(ruby)));
     }
     None
 }
@@ -452,9 +468,9 @@ fn instead_of_waiting(
 pub fn pop_args(args: &[Value]) -> Result<(bool, Option<Duration>), Error> {
     // `pop(timeout: t)` alone (an idle worker's wait) is read directly.
     if let [kw] = args {
-        if sys::keyword_given() {
-            if let Some(t) = sys::only_keyword(sys::raw(*kw), sys::name!(c"timeout")) {
-                return Ok((false, wait::timeout_duration(sys::value(t))?));
+        if sys::keyword_given(&Ruby::get_with(*kw)) {
+            if let Some(t) = sys::only_keyword(*kw, sys::name!(c"timeout")) {
+                return Ok((false, wait::timeout_duration(t)?));
             }
         }
     }
@@ -487,7 +503,8 @@ pub fn block_and_timeout(
 /// Skipping `fresh()` is fine: it only matters once a wait list is
 /// non-empty, and then the caller takes the full method.
 #[inline(always)]
-pub fn try_append(rb_self: &Value, v: VALUE) -> Option<()> {
+pub fn try_append(rb_self: &Value, v: Value) -> Option<()> {
+    let v = Held::new(v);
     let q = sys::typed_ref::<Queue>(rb_self)?;
     q.state.with(|s| {
         let plain = s.initialized
@@ -499,7 +516,7 @@ pub fn try_append(rb_self: &Value, v: VALUE) -> Option<()> {
         }
         plain.then_some(())
     })?;
-    sys::write_barrier(sys::raw(*rb_self), v);
+    sys::write_barrier(*rb_self, v);
     Some(())
 }
 
@@ -512,8 +529,7 @@ fn initialize(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     if let Some(enumerable) = args.optional.0 {
         sys::array_values(sys::to_array(enumerable)?, &mut initial);
     }
-    let me = sys::raw(rb_self);
-    initial.iter().for_each(|v| sys::write_barrier(me, *v));
+    initial.iter().for_each(|&v| sys::write_barrier(rb_self, v));
     q.state.with(|s| {
         let s = s.fresh();
         s.items.clear();
@@ -529,9 +545,13 @@ fn initialize(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
 /// `Queue.new` (docs/design-details.md, "Per call"). Anything else (an
 /// initial enumerable, a wrong receiver, wrong arity) takes the full
 /// `initialize`.
-extern "C" fn initialize_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
-    let done = std::panic::catch_unwind(|| {
-        if argc != 0 {
+struct InitializeFast;
+
+impl sys::FastMethodV for InitializeFast {
+    const SLOW: sys::RawMethodV = method!(initialize, -1);
+
+    fn fast(_: &Ruby, rb_self: Value, args: &[Value]) -> Option<Value> {
+        if !args.is_empty() {
             return None;
         }
         sys::typed_ref::<Queue>(&rb_self)?.state.with(|s| {
@@ -539,24 +559,12 @@ extern "C" fn initialize_fast(argc: c_int, argv: *const Value, rb_self: Value) -
             s.items.clear();
             s.initialized = true;
         });
-        Some(())
-    })
-    .ok()
-    .flatten();
-    match done {
-        Some(()) => rb_self,
-        None => initialize_slow(argc, argv, rb_self),
+        Some(rb_self)
     }
 }
 
-#[cold]
-#[inline(never)]
-fn initialize_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
-    sys::call_method_v(method!(initialize, -1), argc, argv, rb_self)
-}
-
 fn push(rb_self: Value, obj: Value) -> Result<Value, Error> {
-    Queue::get(&rb_self)?.push_item(rb_self, sys::raw(obj))
+    Queue::get(&rb_self)?.push_item(rb_self, obj)
 }
 
 fn pop(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
@@ -570,46 +578,37 @@ fn pop(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
 
 /// Hot path of `push`: see `try_append`; everything else (errors, waking a
 /// popper) goes through the full magnus-wrapped `push`.
-extern "C" fn push_fast(rb_self: Value, obj: Value) -> Value {
-    let appended = std::panic::catch_unwind(|| try_append(&rb_self, sys::raw(obj)));
-    match appended.ok().flatten() {
-        Some(()) => rb_self,
-        None => push_slow(rb_self, obj),
-    }
-}
+struct PushFast;
 
-#[cold]
-#[inline(never)]
-fn push_slow(rb_self: Value, obj: Value) -> Value {
-    sys::call_method1(method!(push, 1), rb_self, obj)
+impl sys::FastMethod1 for PushFast {
+    const SLOW: sys::RawMethod1 = method!(push, 1);
+
+    fn fast(_: &Ruby, rb_self: Value, obj: Value) -> Option<Value> {
+        try_append(&rb_self, obj).map(|()| rb_self)
+    }
 }
 
 /// Hot path of `pop` / `shift` / `deq` with no arguments and an item ready
 /// and no blocked pusher to wake; everything else takes the full `pop`.
-extern "C" fn pop_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
-    let item = std::panic::catch_unwind(|| {
-        if argc != 0 {
+struct PopFast;
+
+impl sys::FastMethodV for PopFast {
+    const SLOW: sys::RawMethodV = method!(pop, -1);
+
+    fn fast(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Option<Value> {
+        if !args.is_empty() {
             return None;
         }
         let q = sys::typed_ref::<Queue>(&rb_self)?;
-        q.state.with(|s| {
+        let item = q.state.with(|s| {
             if s.initialized && (s.max == 0 || s.pushers.is_empty()) {
                 s.items.pop_front()
             } else {
                 None
             }
-        })
-    });
-    match item.ok().flatten() {
-        Some(v) => sys::value(v),
-        None => pop_slow(argc, argv, rb_self),
+        });
+        item.map(|v| v.get(ruby))
     }
-}
-
-#[cold]
-#[inline(never)]
-fn pop_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
-    sys::call_method_v(method!(pop, -1), argc, argv, rb_self)
 }
 
 /// `push_all`'s argument, converted as `Queue.new` does, passed to `f` and
@@ -621,17 +620,17 @@ fn pop_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
 pub fn with_values<R>(
     q: &Queue,
     enumerable: Value,
-    f: impl FnOnce(VALUE) -> Result<R, Error>,
+    f: impl FnOnce(RArray) -> Result<R, Error>,
 ) -> Result<R, Error> {
     let ary = sys::to_array(enumerable)?;
     let vals = if q.state.with(|s| s.max == 0) {
-        sys::raw(ary)
+        ary
     } else {
         sys::ary_private_copy(ary)?
     };
     let r = f(vals);
-    sys::gc_guard(vals);
-    sys::gc_guard(sys::raw(ary));
+    sys::gc_guard(sys::raw(vals.as_value()));
+    sys::gc_guard(sys::raw(ary.as_value()));
     r
 }
 
@@ -672,72 +671,70 @@ fn close(rb_self: Value) -> Result<Value, Error> {
     if newly {
         sys::set_closed_flag::<Queue>(rb_self);
         // Every waiter of both lists is woken, whatever fails on the way.
-        wait::finally(wait::wake_all(&q.state, poppers), || {
-            wait::wake_all(&q.state, pushers)
-        })?;
+        wait::finally(
+            &Ruby::get_with(rb_self),
+            wait::wake_all(&q.state, poppers),
+            || wait::wake_all(&q.state, pushers),
+        )?;
     }
     Ok(rb_self)
 }
 
-/// Hot path of a query (`empty?`, `length`, `num_waiting`):
-/// `read` answers in place, or None for anything else (a wrong receiver,
-/// an uninitialized queue, a length past Fixnum), which takes the full
-/// method `slow` (docs/design-details.md, "Per call").
+/// Hot path of a query (`empty?`, `length`, `num_waiting`): `read`
+/// answers in place, or None for anything else (a wrong receiver, an
+/// uninitialized queue, a length past Fixnum), which takes the full
+/// method (docs/design-details.md, "Per call").
 #[inline(always)]
-fn query_fast(
-    rb_self: Value,
-    read: impl FnOnce(&mut State) -> Option<Value> + std::panic::UnwindSafe,
-    slow: sys::RawMethod0,
-) -> Value {
-    let answer = std::panic::catch_unwind(|| {
-        let q = sys::typed_ref::<Queue>(&rb_self)?;
-        q.state.with(read)
-    });
-    match answer.ok().flatten() {
-        Some(v) => v,
-        None => sys::call_method0(slow, rb_self),
-    }
+fn query(rb_self: Value, read: impl FnOnce(&mut State) -> Option<Value>) -> Option<Value> {
+    sys::typed_ref::<Queue>(&rb_self)?.state.with(read)
 }
 
 /// `closed?` reads the flag `close` sets on the object, as stock reads
 /// its QUEUE_CLOSED: no typed-data lookup (the receiver is a Queue by
 /// dispatch; the flag of any other object is still readable).
 extern "C" fn closed_fast(rb_self: Value) -> Value {
-    sys::bool_value(sys::closed_flag(rb_self))
+    sys::bool_value(&Ruby::get_with(rb_self), sys::closed_flag(rb_self))
 }
 
-extern "C" fn empty_fast(rb_self: Value) -> Value {
-    query_fast(
-        rb_self,
-        |s| {
+struct EmptyFast;
+
+impl sys::FastMethod0 for EmptyFast {
+    const SLOW: sys::RawMethod0 = method!(is_empty, 0);
+
+    fn fast(ruby: &Ruby, rb_self: Value) -> Option<Value> {
+        query(rb_self, |s| {
             let s = s.fresh();
-            s.initialized.then(|| sys::bool_value(s.items.is_empty()))
-        },
-        method!(is_empty, 0),
-    )
+            s.initialized
+                .then(|| sys::bool_value(ruby, s.items.is_empty()))
+        })
+    }
 }
 
-extern "C" fn length_fast(rb_self: Value) -> Value {
-    query_fast(
-        rb_self,
-        |s| {
+struct LengthFast;
+
+impl sys::FastMethod0 for LengthFast {
+    const SLOW: sys::RawMethod0 = method!(length, 0);
+
+    fn fast(ruby: &Ruby, rb_self: Value) -> Option<Value> {
+        query(rb_self, |s| {
             let s = s.fresh();
             if s.initialized {
-                sys::fixnum_value(s.items.len())
+                sys::fixnum_value(ruby, s.items.len())
             } else {
                 None
             }
-        },
-        method!(length, 0),
-    )
+        })
+    }
 }
 
-extern "C" fn num_waiting_fast(rb_self: Value) -> Value {
-    query_fast(
-        rb_self,
-        |s| sys::fixnum_value(s.num_waiting()),
-        method!(num_waiting, 0),
-    )
+struct NumWaitingFast;
+
+impl sys::FastMethod0 for NumWaitingFast {
+    const SLOW: sys::RawMethod0 = method!(num_waiting, 0);
+
+    fn fast(ruby: &Ruby, rb_self: Value) -> Option<Value> {
+        query(rb_self, |s| sys::fixnum_value(ruby, s.num_waiting()))
+    }
 }
 
 fn is_empty(rb_self: Value) -> Result<bool, Error> {
@@ -775,18 +772,24 @@ fn marshal_dump(rb_self: Value) -> Result<Value, Error> {
 pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
     let class = module.define_class("Queue", ruby.class_object())?;
     class.define_alloc_func::<Queue>();
-    class.define_method("initialize", initialize_fast as sys::RawMethodV)?;
-    sys::undef_method(class.as_value(), c"initialize_copy");
+    class.define_method(
+        "initialize",
+        sys::entry_v::<InitializeFast> as sys::RawMethodV,
+    )?;
+    sys::undef_method(class, c"initialize_copy");
     class.define_method("marshal_dump", method!(marshal_dump, 0))?;
     class.define_method("freeze", method!(freeze, 0))?;
     class.define_method("close", method!(close, 0))?;
     class.define_method("closed?", closed_fast as sys::RawMethod0)?;
-    class.define_method("push", push_fast as sys::RawMethod1)?;
-    class.define_method("pop", pop_fast as sys::RawMethodV)?;
-    class.define_method("empty?", empty_fast as sys::RawMethod0)?;
+    class.define_method("push", sys::entry1::<PushFast> as sys::RawMethod1)?;
+    class.define_method("pop", sys::entry_v::<PopFast> as sys::RawMethodV)?;
+    class.define_method("empty?", sys::entry0::<EmptyFast> as sys::RawMethod0)?;
     class.define_method("clear", method!(clear, 0))?;
-    class.define_method("length", length_fast as sys::RawMethod0)?;
-    class.define_method("num_waiting", num_waiting_fast as sys::RawMethod0)?;
+    class.define_method("length", sys::entry0::<LengthFast> as sys::RawMethod0)?;
+    class.define_method(
+        "num_waiting",
+        sys::entry0::<NumWaitingFast> as sys::RawMethod0,
+    )?;
     class.define_method("push_all", method!(push_all, 1))?;
     class.define_method("pop_batch", method!(pop_batch, -1))?;
     for (alias, name) in ALIASES {

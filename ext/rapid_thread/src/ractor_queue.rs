@@ -23,17 +23,16 @@ use magnus::scan_args::scan_args;
 use magnus::{
     method, prelude::*, DataTypeFunctions, Error, RHash, RModule, Ruby, TypedData, Value,
 };
-use rb_sys::VALUE;
 
 use crate::errors;
 use crate::queue::block_and_timeout;
 use crate::spin;
-use crate::sys::{self, Event, ForkCell};
+use crate::sys::{self, CurrentThread, Event, ForkCell, Held};
 use crate::wait;
 
 #[derive(Default)]
 struct State {
-    items: VecDeque<VALUE>,
+    items: VecDeque<Held>,
     /// Threads asleep on `not_empty` / `not_full` (not those spinning).
     poppers: usize,
     pushers: usize,
@@ -125,7 +124,7 @@ impl DataTypeFunctions for RactorQueue {
         // Copied out, then marked with the lock released: marking also runs
         // outside a GC (ObjectSpace.reachable_objects_from), whose callback
         // allocates and can start a GC that marks this queue again.
-        let items: Vec<VALUE> = self.shared.get().lock().items.iter().copied().collect();
+        let items: Vec<Held> = self.shared.get().lock().items.iter().copied().collect();
         items.iter().for_each(|v| sys::mark_movable(m, *v));
     }
 
@@ -140,7 +139,7 @@ impl DataTypeFunctions for RactorQueue {
         // The shared state lives in a box of its own (sys::ForkCell).
         std::mem::size_of::<Self>()
             + std::mem::size_of::<Shared>()
-            + self.shared.get().lock().items.capacity() * std::mem::size_of::<VALUE>()
+            + self.shared.get().lock().items.capacity() * std::mem::size_of::<Held>()
     }
 }
 
@@ -216,14 +215,14 @@ impl Shared {
     /// the sleep is seen by the `thread_interrupted` checks, and on Ruby
     /// 3.1, where a lone signal can also land between them and the sleep
     /// with nobody to repeat it, the sleep is cut at `SLICE`.
-    fn block_nogvl(&self, side: Side, deadline: Option<Instant>, me: VALUE) -> Woke {
+    fn block_nogvl(&self, side: Side, deadline: Option<Instant>, me: CurrentThread) -> Woke {
         let spin = spin::ractor_budget(deadline);
         let start = Instant::now();
         while start.elapsed() < spin {
             if self.ready_unlocked(side) {
                 return Woke::Ready;
             }
-            if sys::thread_interrupted(me) {
+            if me.interrupted() {
                 return Woke::Interrupted;
             }
             if !spin::yield_cpu() {
@@ -248,7 +247,7 @@ impl Shared {
         // One sleep: a notification, Ruby's interrupt signal (EINTR), the
         // slice or a spurious wake-up all return to the caller, which
         // re-checks.
-        if !sys::thread_interrupted(me) {
+        if !me.interrupted() {
             ev.sleep(seen, Some(left));
         }
         *Self::sleepers(side, &mut self.lock()) -= 1;
@@ -274,7 +273,7 @@ impl Shared {
     }
 
     /// Shifts the first item, waking a sleeping pusher (bounded only).
-    fn try_pop(&self) -> Option<VALUE> {
+    fn try_pop(&self) -> Option<Held> {
         let mut s = self.lock();
         let v = s.items.pop_front()?;
         self.len.store(s.items.len(), Ordering::Release);
@@ -287,7 +286,7 @@ impl Shared {
     /// Appends `v` (already shareable) when there is room and the queue
     /// is open. Any error is built by the caller, once the lock is
     /// released (building one may allocate, and a GC then marks the items).
-    fn try_push(&self, v: VALUE) -> Stored {
+    fn try_push(&self, v: Held) -> Stored {
         let mut s = self.lock();
         if !self.has_room(&s) {
             return Stored::Full;
@@ -389,9 +388,9 @@ impl RactorQueue {
     /// Under a fiber scheduler it lets the scheduler run other fibers for a
     /// slice instead (`kernel_sleep`): a push from another Ractor cannot
     /// call the scheduler's `unblock`, so the fiber polls.
-    fn block(&self, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
-        let scheduler = sys::fiber_scheduler();
-        if scheduler != sys::QNIL {
+    fn block(&self, ruby: &Ruby, side: Side, deadline: Option<Instant>) -> Result<Woke, Error> {
+        let scheduler = sys::fiber_scheduler(ruby);
+        if !scheduler.is_nil() {
             let slice = deadline.map_or(SCHEDULER_SLICE, |d| {
                 d.saturating_duration_since(Instant::now())
                     .min(SCHEDULER_SLICE)
@@ -399,7 +398,7 @@ impl RactorQueue {
             sys::scheduler_sleep(scheduler, slice)?;
             return Ok(Shared::timed_out(deadline));
         }
-        let me = sys::current_thread();
+        let me = CurrentThread::get(ruby);
         let q = self.sh();
         let mut woke = Woke::Interrupted;
         // SAFETY: `block_nogvl` touches only the shared state, which other
@@ -415,12 +414,22 @@ impl RactorQueue {
     /// After a wait: runs pending interrupts (which may raise, as the
     /// scheduler's sleep may have: a wake-up this thread consumed is then
     /// passed on first).
-    fn after_wait(&self, side: Side, woke: Result<Woke, Error>) -> Result<Woke, Error> {
-        woke.and_then(|w| sys::check_ints().map(|()| w))
+    fn after_wait(
+        &self,
+        ruby: &Ruby,
+        side: Side,
+        woke: Result<Woke, Error>,
+    ) -> Result<Woke, Error> {
+        woke.and_then(|w| sys::check_ints(ruby).map(|()| w))
             .inspect_err(|_| self.sh().pass_on(side))
     }
 
-    fn pop(&self, should_block: bool, timeout: Option<Duration>) -> Result<VALUE, Error> {
+    fn pop(
+        &self,
+        ruby: &Ruby,
+        should_block: bool,
+        timeout: Option<Duration>,
+    ) -> Result<Value, Error> {
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
         let mut timed_out = false;
@@ -428,34 +437,35 @@ impl RactorQueue {
         loop {
             let q = self.sh();
             if let Some(v) = q.try_pop() {
-                return Ok(v);
+                return Ok(v.get(ruby));
             }
             if timed_out {
                 // That was the last look, as stock re-checks after its sleep.
                 q.pass_on(Side::Pop);
-                return Ok(sys::QNIL);
+                return Ok(sys::nil(ruby));
             }
             // As queue_do_pop: non_block raises even when closed.
             if std::mem::replace(&mut first, false) && !should_block {
                 return Err(errors::thread_error("queue empty"));
             }
             if q.closed.load(Ordering::Acquire) || timeout == Some(Duration::ZERO) {
-                return Ok(sys::QNIL);
+                return Ok(sys::nil(ruby));
             }
             Waiting::ensure(self, &mut counted);
-            let woke = self.block(Side::Pop, deadline);
-            timed_out = self.after_wait(Side::Pop, woke)? == Woke::TimedOut;
+            let woke = self.block(ruby, Side::Pop, deadline);
+            timed_out = self.after_wait(ruby, Side::Pop, woke)? == Woke::TimedOut;
         }
     }
 
     /// Ok(false): timed out (or `timeout: 0` and full).
     fn push(
         &self,
-        me: VALUE,
-        v: VALUE,
+        me: Value,
+        v: Held,
         should_block: bool,
         timeout: Option<Duration>,
     ) -> Result<bool, Error> {
+        let ruby = Ruby::get_with(me);
         let deadline = wait::deadline_after(timeout);
         let mut first = true;
         let mut timed_out = false;
@@ -480,8 +490,8 @@ impl RactorQueue {
                 return r;
             }
             Waiting::ensure(self, &mut counted);
-            let woke = self.block(Side::Push, deadline);
-            timed_out = self.after_wait(Side::Push, woke)? == Woke::TimedOut;
+            let woke = self.block(&ruby, Side::Push, deadline);
+            timed_out = self.after_wait(&ruby, Side::Push, woke)? == Woke::TimedOut;
         }
     }
 }
@@ -515,7 +525,7 @@ fn initialize(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Erro
     let args = scan_args::<(), (Option<Value>,), (), (), (), ()>(args)?;
     let max = match args.optional.0.filter(|v| !v.is_nil()) {
         None => 0,
-        Some(v) => match sys::num2long(sys::raw(v))? {
+        Some(v) => match sys::num2long(v)? {
             n if n > 0 => usize::try_from(n).unwrap_or(usize::MAX),
             _ => return Err(errors::arg_error("queue size must be positive")),
         },
@@ -523,12 +533,12 @@ fn initialize(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Erro
     let shared = q.shared.get();
     shared.max.store(max, Ordering::Relaxed);
     shared.initialized.store(true, Ordering::Release);
-    sys::freeze(sys::raw(rb_self));
+    sys::freeze::<RactorQueue>(rb_self);
     Ok(rb_self)
 }
 
 /// `push(obj, non_block = false, timeout: nil)`, `<<`, `enq`.
-fn push(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+fn push(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let q = get(&rb_self)?;
     let (obj, non_block, timeout) = if args.len() == 1 {
         (args[0], false, None)
@@ -541,33 +551,23 @@ fn push(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     // non-blocking) queue refuses without copying.
     let sh = q.sh();
     if let Some(r) = sh.push_refusal(sh.is_full(), true, !non_block, timeout) {
-        return r.map(|pushed| {
-            if pushed {
-                rb_self
-            } else {
-                sys::value(sys::QNIL)
-            }
-        });
+        return r.map(|pushed| if pushed { rb_self } else { sys::nil(ruby) });
     }
-    let item = sys::shareable(sys::raw(obj))?;
-    let pushed = q.push(sys::raw(rb_self), item, !non_block, timeout);
-    sys::gc_guard(item);
-    Ok(if pushed? {
-        rb_self
-    } else {
-        sys::value(sys::QNIL)
-    })
+    let item = sys::shareable(obj)?;
+    let pushed = q.push(rb_self, Held::new(item), !non_block, timeout);
+    sys::gc_guard(sys::raw(item));
+    Ok(if pushed? { rb_self } else { sys::nil(ruby) })
 }
 
 /// `pop(non_block = false, timeout: nil)`, `shift`, `deq`.
-fn pop(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+fn pop(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let q = get(&rb_self)?;
     let (non_block, timeout) = if args.is_empty() {
         (false, None)
     } else {
         crate::queue::pop_args(args)?
     };
-    q.pop(!non_block, timeout).map(sys::value)
+    q.pop(ruby, !non_block, timeout)
 }
 
 fn close(rb_self: Value) -> Result<Value, Error> {
@@ -617,9 +617,9 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     errors::init(ruby);
     let class = module.define_class("RactorQueue", ruby.class_object())?;
     class.define_alloc_func::<RactorQueue>();
-    sys::undef_method(class.as_value(), c"initialize_copy");
+    sys::undef_method(class, c"initialize_copy");
     // Only this class's methods may be called from other Ractors.
-    sys::ext_ractor_safe(true);
+    sys::ext_ractor_safe(ruby, true);
     let defined = (|| {
         class.define_method("initialize", method!(initialize, -1))?;
         class.define_method("push", method!(push, -1))?;
@@ -636,6 +636,6 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
         }
         Ok::<(), Error>(())
     })();
-    sys::ext_ractor_safe(false);
+    sys::ext_ractor_safe(ruby, false);
     defined
 }

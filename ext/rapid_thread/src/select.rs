@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use magnus::scan_args::{get_kwargs, scan_args};
-use magnus::{function, prelude::*, Error, RArray, RHash, RModule, Value};
-use rb_sys::VALUE;
+use magnus::{function, prelude::*, Error, RArray, RHash, RModule, Ruby, Value};
 
 use crate::errors;
 use crate::queue::{poppers, Queue, State, Take};
@@ -35,7 +34,7 @@ fn select(args: &[Value]) -> Result<Value, Error> {
     // is read from it when used, never kept across a wait; the `&Queue`
     // references point into the typed data, which does not move.
     let args = scan_args::<(), (), RArray, (), RHash, ()>(args)?;
-    let splat = sys::raw(args.splat.as_value());
+    let splat = args.splat;
     let kw = get_kwargs::<_, (), (Option<Value>,), ()>(args.keywords, &[], &["timeout"])?;
     let timeout = kw
         .optional
@@ -44,26 +43,29 @@ fn select(args: &[Value]) -> Result<Value, Error> {
         .transpose()?
         .flatten();
     let r = select_from(splat, timeout);
-    sys::gc_guard(splat);
+    sys::gc_guard(sys::raw(splat.as_value()));
     r
 }
 
-fn select_from(splat: VALUE, timeout: Option<Duration>) -> Result<Value, Error> {
+fn select_from(splat: RArray, timeout: Option<Duration>) -> Result<Value, Error> {
+    let ruby = Ruby::get_with(splat);
     let n = sys::ary_len(splat);
     if n == 0 {
         return Err(errors::arg_error(
             "wrong number of arguments (given 0, expected 1+)",
         ));
     }
-    let queue_at = |k: usize| sys::value(sys::ary_entry(splat, k));
+    let queue_at = |k: usize| sys::ary_entry(splat, k);
+    // Read once, before any wait: `splat` keeps the queues alive for the
+    // whole call, and the references point into their typed data, which
+    // compaction does not move (the Values themselves may go stale).
+    let values: Vec<Value> = (0..n).map(queue_at).collect();
     let mut queues = Vec::with_capacity(n);
-    for k in 0..n {
-        let v = queue_at(k);
-        // `splat` keeps the queue alive for the whole call.
-        let q = sys::typed_ref_raw::<Queue>(sys::raw(v))
-            .ok_or_else(|| errors::wrong_receiver(v, "RapidThread::Queue"))?;
+    for v in &values {
+        let q = sys::typed_ref::<Queue>(v)
+            .ok_or_else(|| errors::wrong_receiver(*v, "RapidThread::Queue"))?;
         if !q.state.with(|s| s.initialized) {
-            return Err(errors::not_initialized(v));
+            return Err(errors::not_initialized(*v));
         }
         queues.push(q);
     }
@@ -80,8 +82,8 @@ fn select_from(splat: VALUE, timeout: Option<Duration>) -> Result<Value, Error> 
         for k in woken_by.into_iter().chain((0..n).map(|i| (start + i) % n)) {
             match queues[k].try_shift() {
                 Take::Item(item, wake_pusher) => {
-                    let item = sys::raw(queues[k].took(item, wake_pusher)?);
-                    return Ok(sys::value(sys::pair(sys::ary_entry(splat, k), item)?));
+                    let item = queues[k].took(&ruby, item, wake_pusher)?;
+                    return sys::pair(queue_at(k), item);
                 }
                 Take::NotInitialized => return Err(errors::not_initialized(queue_at(k))),
                 Take::Empty => open |= !queues[k].state.with(|s| s.closed),
@@ -89,12 +91,12 @@ fn select_from(splat: VALUE, timeout: Option<Duration>) -> Result<Value, Error> 
         }
         if !open {
             // Every queue is closed and empty: nothing can come any more.
-            return Ok(sys::value(sys::QNIL));
+            return Ok(sys::nil(&ruby));
         }
         if timeout == Some(Duration::ZERO) || deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(sys::value(sys::QNIL));
+            return Ok(sys::nil(&ruby));
         }
-        let blocker = sys::ary_entry(splat, 0);
+        let blocker = queue_at(0);
         woken_by = wait::park_any(&cells, blocker, poppers, deadline, has_items)?;
     }
 }

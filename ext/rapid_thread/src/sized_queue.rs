@@ -4,10 +4,8 @@
 //! it. Inherited methods (pop, clear, close, length, num_waiting, ...)
 //! already wake blocked pushers when room appears.
 
-use std::os::raw::c_int;
-
 use magnus::scan_args::scan_args;
-use magnus::{method, prelude::*, Error, RClass, RHash, RModule, Value};
+use magnus::{method, prelude::*, Error, RClass, RHash, RModule, Ruby, Value};
 
 use crate::errors;
 use crate::queue::{self, pushers, Queue};
@@ -16,7 +14,7 @@ use crate::wait;
 
 /// NUM2LONG plus stock's "queue size must be positive".
 fn positive_max(vmax: Value) -> Result<usize, Error> {
-    let max = sys::num2long(sys::raw(vmax))?;
+    let max = sys::num2long(vmax)?;
     if max <= 0 {
         return Err(errors::arg_error("queue size must be positive"));
     }
@@ -59,7 +57,7 @@ fn push(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let q = Queue::get(&rb_self)?;
     let args = scan_args::<(Value,), (Option<Value>,), (), (), RHash, ()>(args)?;
     let (non_block, timeout) = queue::block_and_timeout(args.optional.0, args.keywords)?;
-    q.push_bounded(rb_self, sys::raw(args.required.0), !non_block, timeout)
+    q.push_bounded(rb_self, args.required.0, !non_block, timeout)
 }
 
 /// `push_all(enumerable, non_block = false, timeout: nil)`: see
@@ -74,21 +72,17 @@ fn push_all(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
 }
 
 /// Hot path of `push(obj)`: see `queue::try_append`.
-extern "C" fn push_fast(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
-    let appended = std::panic::catch_unwind(|| {
-        let obj = sys::arg(argc, argv, 0).filter(|_| argc == 1)?;
-        queue::try_append(&rb_self, sys::raw(obj))
-    });
-    match appended.ok().flatten() {
-        Some(()) => rb_self,
-        None => push_slow(argc, argv, rb_self),
-    }
-}
+struct PushFast;
 
-#[cold]
-#[inline(never)]
-fn push_slow(argc: c_int, argv: *const Value, rb_self: Value) -> Value {
-    sys::call_method_v(method!(push, -1), argc, argv, rb_self)
+impl sys::FastMethodV for PushFast {
+    const SLOW: sys::RawMethodV = method!(push, -1);
+
+    fn fast(_: &Ruby, rb_self: Value, args: &[Value]) -> Option<Value> {
+        let [obj] = *args else {
+            return None;
+        };
+        queue::try_append(&rb_self, obj).map(|()| rb_self)
+    }
 }
 
 pub fn init(module: RModule, queue: RClass) -> Result<RClass, Error> {
@@ -96,7 +90,7 @@ pub fn init(module: RModule, queue: RClass) -> Result<RClass, Error> {
     class.define_method("initialize", method!(initialize, 1))?;
     class.define_method("max", method!(max, 0))?;
     class.define_method("max=", method!(set_max, 1))?;
-    class.define_method("push", push_fast as sys::RawMethodV)?;
+    class.define_method("push", sys::entry_v::<PushFast> as sys::RawMethodV)?;
     class.define_method("push_all", method!(push_all, -1))?;
     for alias in ["enq", "<<"] {
         class.define_alias(alias, "push")?;

@@ -16,27 +16,25 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::errors;
+use crate::spin;
+use crate::sys::{self, GvlCell, Held, WaitList};
+use crate::wait::{self, park};
 use magnus::gc::{Compactor, Marker};
 use magnus::scan_args::scan_args;
 use magnus::{
     method, prelude::*, DataTypeFunctions, Error, Exception, RArray, RClass, RModule, Ruby,
     TypedData, Value,
 };
-use rb_sys::VALUE;
-
-use crate::errors;
-use crate::spin;
-use crate::sys::{self, GvlCell, WaitList, QNIL};
-use crate::wait::{self, park};
 
 /// What a task still pending asks of the pool (set once by the pool).
 pub struct PendingHooks {
     /// Called by a join with the task object: makes sure some thread will
     /// take the task.
-    pub join: fn(VALUE) -> Result<(), Error>,
+    pub join: fn(Value) -> Result<(), Error>,
     /// Called by a poll (`alive?`, `status`): the same, but only when the
     /// pool's monitor is gone (a stray kill); otherwise one look.
-    pub poll: fn(VALUE) -> Result<(), Error>,
+    pub poll: fn(Value) -> Result<(), Error>,
 }
 
 static PENDING: OnceLock<PendingHooks> = OnceLock::new();
@@ -56,7 +54,7 @@ fn pending_hooks() -> &'static PendingHooks {
 /// `PendingHooks::poll`.
 fn poll_pending(rb_self: Value, task: &Task) -> Result<(), Error> {
     if task.phase() == Phase::Pending {
-        (pending_hooks().poll)(sys::raw(rb_self))?;
+        (pending_hooks().poll)(rb_self)?;
     }
     Ok(())
 }
@@ -74,19 +72,19 @@ pub struct State {
     pub phase: Phase,
     /// The block (a Proc) and its arguments (an Array, or nil for none),
     /// dropped once run.
-    block: VALUE,
-    args: VALUE,
+    block: Held,
+    args: Held,
     kw_splat: bool,
     /// The block's value, or the exception that ended it.
-    result: VALUE,
+    result: Held,
     /// The worker running the block, while Running (not marked: see
     /// `marked_values`).
-    pub thread: VALUE,
-    name: VALUE,
+    pub thread: Held,
+    name: Held,
     report_on_exception: bool,
     abort_on_exception: bool,
     /// An exception sent with Task#raise before the block started.
-    pending_raise: VALUE,
+    pending_raise: Held,
     /// The spawner's priority at `spawn` (Thread.new gives it to its
     /// thread); 0 is a worker's own. A block spawned from a ThreadGroup
     /// other than the workers' runs on a thread of its own (thread_cache's
@@ -106,7 +104,7 @@ impl State {
             self.joiners.forget_all();
             if matches!(self.phase, Phase::Pending | Phase::Running) {
                 self.phase = Phase::Killed;
-                self.thread = QNIL;
+                self.thread = Held::NIL;
             }
         }
         self
@@ -123,7 +121,7 @@ impl State {
     /// GC counts as "shady": 1000 sleeping blocks (vm_thread_close) then
     /// cost a major GC that 1000 Thread.new threads do not. `compact` still
     /// updates it.
-    fn marked_values(&self) -> [VALUE; 5] {
+    fn marked_values(&self) -> [Held; 5] {
         [
             self.block,
             self.args,
@@ -133,7 +131,7 @@ impl State {
         ]
     }
 
-    fn values_mut(&mut self) -> [&mut VALUE; 6] {
+    fn values_mut(&mut self) -> [&mut Held; 6] {
         [
             &mut self.block,
             &mut self.args,
@@ -191,13 +189,15 @@ impl DataTypeFunctions for Task {
     }
 }
 
-/// What the worker needs to start a task.
+/// What the worker needs to start a task (on its stack, where the GC sees
+/// it, while the block runs).
 pub struct Start {
-    pub block: VALUE,
-    pub args: VALUE,
+    pub block: Value,
+    /// The arguments, an Array, or nil for none.
+    pub args: Value,
     pub kw_splat: bool,
-    pub pending_raise: VALUE,
-    pub name: VALUE,
+    pub pending_raise: Value,
+    pub name: Value,
     pub report_on_exception: bool,
     pub abort_on_exception: bool,
     /// The spawner's Thread#priority (-3..3); 0 is a worker's own.
@@ -208,8 +208,8 @@ impl Task {
     /// A pending task. Its values need no write barrier: the Task object
     /// that will hold them does not exist yet (it is born young).
     pub fn new(
-        block: VALUE,
-        args: VALUE,
+        block: Value,
+        args: Option<RArray>,
         kw_splat: bool,
         report_on_exception: bool,
         priority: i32,
@@ -217,15 +217,15 @@ impl Task {
         Task {
             state: GvlCell::new(State {
                 phase: Phase::Pending,
-                block,
-                args,
+                block: Held::new(block),
+                args: args.map_or(Held::NIL, |a| Held::new(a.as_value())),
                 kw_splat,
-                result: QNIL,
-                thread: QNIL,
-                name: QNIL,
+                result: Held::NIL,
+                thread: Held::NIL,
+                name: Held::NIL,
                 report_on_exception,
                 abort_on_exception: false,
-                pending_raise: QNIL,
+                pending_raise: Held::NIL,
                 priority,
                 joiners: {
                     let mut l = WaitList::new();
@@ -247,9 +247,16 @@ impl Task {
             .ok_or_else(|| errors::wrong_receiver(*rb_self, "RapidThread::Task"))
     }
 
-    /// A task object the cache holds (always a Task).
-    pub fn of<'a>(obj: VALUE) -> &'a Task {
-        sys::typed_ref_raw::<Task>(obj).expect("the thread cache only holds tasks")
+    /// A task object the cache holds (always a Task), for as long as the
+    /// caller's Value is borrowed.
+    pub fn of(obj: &Value) -> &Task {
+        sys::typed_ref::<Task>(obj).expect("the thread cache only holds tasks")
+    }
+
+    /// A task object the cache keeps (always a Task), for as long as the
+    /// Held is borrowed.
+    pub fn of_held<'a>(ruby: &Ruby, obj: &'a Held) -> &'a Task {
+        sys::typed_ref_held::<Task>(ruby, obj).expect("the thread cache only holds tasks")
     }
 
     /// Whether a queued task still wants to run (it may have been killed
@@ -259,38 +266,39 @@ impl Task {
     }
 
     /// Pending -> Running on `thread`; returns what the worker needs.
-    pub fn start(&self, thread: VALUE) -> Start {
+    pub fn start(&self, ruby: &Ruby, thread: Value) -> Start {
         // No write barrier for `thread`: the task does not mark it (see
         // State::marked_values).
         self.state.with(|s| {
             s.phase = Phase::Running;
-            s.thread = thread;
+            s.thread = Held::new(thread);
             let start = Start {
-                block: s.block,
-                args: s.args,
+                block: s.block.get(ruby),
+                args: s.args.get(ruby),
                 kw_splat: s.kw_splat,
-                pending_raise: s.pending_raise,
-                name: s.name,
+                pending_raise: s.pending_raise.get(ruby),
+                name: s.name.get(ruby),
                 report_on_exception: s.report_on_exception,
                 abort_on_exception: s.abort_on_exception,
                 priority: s.priority,
             };
             // The worker's stack keeps these alive while the block runs;
             // the task lets go of them so that a kept handle pins nothing.
-            s.args = QNIL;
-            s.pending_raise = QNIL;
+            s.args = Held::NIL;
+            s.pending_raise = Held::NIL;
             start
         })
     }
 
     /// Running -> done, recording the outcome; then wakes every joiner.
-    pub fn finish(&self, obj: VALUE, phase: Phase, result: VALUE) -> Result<(), Error> {
+    pub fn finish(&self, obj: Value, phase: Phase, result: Value) -> Result<(), Error> {
+        let result = Held::new(result);
         sys::write_barrier(obj, result);
         self.state.with(|s| {
             s.phase = phase;
             s.result = result;
-            s.thread = QNIL;
-            s.block = QNIL;
+            s.thread = Held::NIL;
+            s.block = Held::NIL;
         });
         LAST_FINISH_NS.store(sys::monotonic_ns(), Ordering::Relaxed);
         LAST_FINISH_CPU.store(sys::waker_cpu(), Ordering::Relaxed);
@@ -306,18 +314,19 @@ impl Task {
         });
     }
 
-    pub fn name(&self) -> VALUE {
-        self.state.with(|s| s.name)
+    pub fn name(&self, ruby: &Ruby) -> Value {
+        self.state.with(|s| s.name).get(ruby)
     }
 
-    pub fn set_name(&self, obj: VALUE, name: VALUE) {
+    pub fn set_name(&self, obj: Value, name: Value) {
+        let name = Held::new(name);
         sys::write_barrier(obj, name);
         self.state.with(|s| s.name = name);
     }
 
     /// The block's [file, line] (nil once the task is done).
-    pub fn block(&self) -> VALUE {
-        self.state.with(|s| s.block)
+    pub fn block(&self, ruby: &Ruby) -> Value {
+        self.state.with(|s| s.block).get(ruby)
     }
 
     /// Ends a task that has not started as killed (it never will): lets go
@@ -325,18 +334,21 @@ impl Task {
     pub fn kill_pending(&self) -> Result<(), Error> {
         self.state.with(|s| {
             s.phase = Phase::Killed;
-            s.block = QNIL;
-            s.args = QNIL;
-            s.pending_raise = QNIL;
+            s.block = Held::NIL;
+            s.args = Held::NIL;
+            s.pending_raise = Held::NIL;
         });
         wait::wake_all(&self.state, joiners)
     }
 
-    fn running_thread(&self) -> Option<VALUE> {
-        self.state.with(|s| {
-            let s = s.fresh();
-            (s.phase == Phase::Running).then_some(s.thread)
-        })
+    /// The worker running the block, while Running (alive: Ruby marks it).
+    fn running_thread(&self, ruby: &Ruby) -> Option<Value> {
+        self.state
+            .with(|s| {
+                let s = s.fresh();
+                (s.phase == Phase::Running).then_some(s.thread)
+            })
+            .map(|t| t.get(ruby))
     }
 
     fn phase(&self) -> Phase {
@@ -352,7 +364,7 @@ fn join_limit(limit: Option<Value>) -> Result<Option<Duration>, Error> {
         None => Ok(None),
         Some(v) if v.is_nil() => Ok(None),
         Some(v) => {
-            let secs = sys::num2dbl(sys::raw(v))?;
+            let secs = sys::num2dbl(v)?;
             if secs.is_nan() {
                 // Thread#join(NaN) waits forever (double2hrtime's cast).
                 Ok(None)
@@ -371,7 +383,9 @@ const PENDING_RECHECK: Duration = Duration::from_millis(10);
 
 /// Waits for the task to end; false if `limit` ran out first.
 fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<bool, Error> {
-    if task.running_thread() == Some(sys::current_thread()) {
+    let ruby = Ruby::get_with(rb_self);
+    let me = sys::raw(sys::current_thread(&ruby));
+    if task.running_thread(&ruby).map(sys::raw) == Some(me) {
         return Err(errors::thread_error(
             "Target thread must not be current thread",
         ));
@@ -381,7 +395,7 @@ fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<boo
         let phase = task.phase();
         match phase {
             Phase::Finished | Phase::Raised | Phase::Killed => return Ok(true),
-            Phase::Pending => (pending_hooks().join)(sys::raw(rb_self))?,
+            Phase::Pending => (pending_hooks().join)(rb_self)?,
             Phase::Running => {}
         }
         if deadline.is_some_and(|d| d <= Instant::now()) || limit == Some(Duration::ZERO) {
@@ -396,22 +410,22 @@ fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<boo
             }
             _ => deadline,
         };
-        park(&task.state, joiners, sys::raw(rb_self), until, |_| false)?;
+        park(&task.state, joiners, rb_self, until, |_| false)?;
     }
 }
 
 /// The exception a task ended with, re-raised as Thread#join does.
-fn reraise(task: &Task) -> Result<(), Error> {
+fn reraise(ruby: &Ruby, task: &Task) -> Result<(), Error> {
     let (phase, result) = task.state.with(|s| (s.phase, s.result));
     if phase == Phase::Raised {
-        if let Some(e) = Exception::from_value(sys::value(result)) {
+        if let Some(e) = Exception::from_value(result.get(ruby)) {
             return Err(e.into());
         }
     }
     Ok(())
 }
 
-fn join(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
+fn join(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let limit = match args {
         [] => None,
         [limit] => Some(*limit),
@@ -426,36 +440,37 @@ fn join(rb_self: Value, args: &[Value]) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
     let limit = join_limit(limit)?;
     if !wait_done(rb_self, task, limit)? {
-        return Ok(sys::value(QNIL));
+        return Ok(sys::nil(ruby));
     }
-    reraise(task)?;
+    reraise(ruby, task)?;
     Ok(rb_self)
 }
 
-fn value(rb_self: Value) -> Result<Value, Error> {
+fn value(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
     wait_done(rb_self, task, None)?;
-    reraise(task)?;
-    Ok(sys::value(task.state.with(|s| match s.phase {
+    reraise(ruby, task)?;
+    let result = task.state.with(|s| match s.phase {
         Phase::Finished => s.result,
-        _ => QNIL,
-    })))
+        _ => Held::NIL,
+    });
+    Ok(result.get(ruby))
 }
 
 /// Thread#alive?. Polling a task that has not started (`while t.alive?;
 /// Thread.pass; end`) is waiting for it: its woken worker spins for the
 /// GVL where Thread.pass does not see it, so the poll hands the GVL over
 /// through our own hint instead (docs/design-details.md, "Thread cache").
-fn is_alive(rb_self: Value) -> Result<bool, Error> {
+fn is_alive(ruby: &Ruby, rb_self: Value) -> Result<bool, Error> {
     let task = Task::get(&rb_self)?;
     poll_pending(rb_self, task)?;
-    if task.phase() == Phase::Pending && !sys::thread_alone() {
+    if task.phase() == Phase::Pending && !sys::thread_alone(ruby) {
         if let Some(budget) = spin::handover_budget() {
-            let cpu_busy = sys::yield_gvl(budget, spin::LATE);
+            let cpu_busy = sys::yield_gvl(ruby, budget, spin::LATE);
             spin::record(None, cpu_busy);
         }
         // Interrupts that arrived meanwhile are raised here, as by Thread.pass.
-        sys::check_ints()?;
+        sys::check_ints(ruby)?;
     }
     Ok(task.state.with(State::alive))
 }
@@ -469,8 +484,8 @@ fn status(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
     Ok(match task.phase() {
         Phase::Pending => ruby.str_new("run").as_value(),
         Phase::Running => {
-            let t = task.running_thread().unwrap_or(QNIL);
-            sys::value(sys::funcall(t, sys::name!(c"status"), &[])?)
+            let t = task.running_thread(ruby).unwrap_or_else(|| sys::nil(ruby));
+            sys::funcall(t, sys::name!(c"status"), &[])?
         }
         Phase::Finished | Phase::Killed => ruby.qfalse().as_value(),
         Phase::Raised => ruby.qnil().as_value(),
@@ -480,12 +495,12 @@ fn status(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
 /// Thread#kill: a pending task never starts; a running one is stopped by
 /// killing its worker (Thread#kill's semantics: `ensure` runs, `rescue`
 /// cannot catch it); the cache replaces the worker.
-fn kill(rb_self: Value) -> Result<Value, Error> {
+fn kill(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
     match task.phase() {
         Phase::Pending => task.kill_pending()?,
         Phase::Running => {
-            if let Some(t) = task.running_thread() {
+            if let Some(t) = task.running_thread(ruby) {
                 sys::funcall(t, sys::name!(c"kill"), &[])?;
             }
         }
@@ -497,57 +512,56 @@ fn kill(rb_self: Value) -> Result<Value, Error> {
 /// Thread#raise. Before the block starts, the exception is built now (the
 /// same argument errors) and raised in place of the block when it would
 /// start, as for a thread that has not run yet.
-fn raise_m(rb_self: Value, args: RArray) -> Result<Value, Error> {
+fn raise_m(ruby: &Ruby, rb_self: Value, args: RArray) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
     match task.phase() {
         Phase::Pending => {
             // Thread#raise without arguments: RuntimeError, "unhandled exception".
-            let argv: Vec<VALUE> = if args.is_empty() {
-                let ruby = Ruby::get_with(rb_self);
+            let argv: Vec<Value> = if args.is_empty() {
                 vec![
-                    sys::raw(ruby.exception_runtime_error().as_value()),
-                    sys::raw(ruby.str_new("unhandled exception").as_value()),
+                    ruby.exception_runtime_error().as_value(),
+                    ruby.str_new("unhandled exception").as_value(),
                 ]
             } else {
-                args.into_iter().map(sys::raw).collect()
+                args.into_iter().collect()
             };
-            let exc = sys::make_exception(&argv)?;
-            sys::write_barrier(sys::raw(rb_self), exc);
+            let exc = Held::new(sys::make_exception(ruby, &argv)?);
+            sys::write_barrier(rb_self, exc);
             task.state.with(|s| s.pending_raise = exc);
         }
         Phase::Running => {
-            if let Some(t) = task.running_thread() {
-                let argv: Vec<VALUE> = args.into_iter().map(sys::raw).collect();
+            if let Some(t) = task.running_thread(ruby) {
+                let argv: Vec<Value> = args.into_iter().collect();
                 sys::funcall(t, sys::name!(c"raise"), &argv)?;
             }
         }
         _ => {}
     }
-    Ok(sys::value(QNIL))
+    Ok(sys::nil(ruby))
 }
 
-fn name(rb_self: Value) -> Result<Value, Error> {
+fn name(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
-    if let Some(t) = task.running_thread() {
-        return Ok(sys::value(sys::funcall(t, sys::name!(c"name"), &[])?));
+    if let Some(t) = task.running_thread(ruby) {
+        return sys::funcall(t, sys::name!(c"name"), &[]);
     }
-    Ok(sys::value(task.name()))
+    Ok(task.name(ruby))
 }
 
 /// Stores an already validated name (lib/rapid_thread/task.rb).
-fn set_name(rb_self: Value, name: Value) -> Result<Value, Error> {
+fn set_name(ruby: &Ruby, rb_self: Value, name: Value) -> Result<Value, Error> {
     let task = Task::get(&rb_self)?;
-    task.set_name(sys::raw(rb_self), sys::raw(name));
-    if let Some(t) = task.running_thread() {
-        sys::funcall(t, sys::name!(c"name="), &[sys::raw(name)])?;
+    task.set_name(rb_self, name);
+    if let Some(t) = task.running_thread(ruby) {
+        sys::funcall(t, sys::name!(c"name="), &[name])?;
     }
     Ok(name)
 }
 
 fn flag(rb_self: Value, getter: &'static sys::Name, report: bool) -> Result<bool, Error> {
     let task = Task::get(&rb_self)?;
-    if let Some(t) = task.running_thread() {
-        return Ok(sys::value(sys::funcall(t, getter, &[])?).to_bool());
+    if let Some(t) = task.running_thread(&Ruby::get_with(rb_self)) {
+        return Ok(sys::funcall(t, getter, &[])?.to_bool());
     }
     Ok(task.state.with(|s| {
         if report {
@@ -573,8 +587,8 @@ fn set_flag(
             s.abort_on_exception = on;
         }
     });
-    if let Some(t) = task.running_thread() {
-        sys::funcall(t, setter, &[sys::raw(v)])?;
+    if let Some(t) = task.running_thread(&Ruby::get_with(rb_self)) {
+        sys::funcall(t, setter, &[v])?;
     }
     Ok(v)
 }
@@ -602,31 +616,30 @@ fn backtrace(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error
     // Thread#backtrace(start = 0, length = nil): the same arity error.
     scan_args::<(), (Option<Value>, Option<Value>), (), (), (), ()>(args)?;
     let task = Task::get(&rb_self)?;
-    let argv: Vec<VALUE> = args.iter().map(|v| sys::raw(*v)).collect();
     if task.phase() != Phase::Running {
         // Thread#backtrace checks its arguments whatever the thread's
         // state: run the same checks on the current thread.
-        sys::funcall(sys::current_thread(), sys::name!(c"backtrace"), &argv)?;
+        sys::funcall(sys::current_thread(ruby), sys::name!(c"backtrace"), args)?;
     }
     Ok(match task.phase() {
         Phase::Pending => ruby.ary_new().as_value(),
         Phase::Running => {
-            let t = task.running_thread().unwrap_or(QNIL);
-            sys::value(sys::funcall(t, sys::name!(c"backtrace"), &argv)?)
+            let t = task.running_thread(ruby).unwrap_or_else(|| sys::nil(ruby));
+            sys::funcall(t, sys::name!(c"backtrace"), args)?
         }
         _ => ruby.qnil().as_value(),
     })
 }
 
-fn thread(rb_self: Value) -> Result<Value, Error> {
-    Ok(sys::value(
-        Task::get(&rb_self)?.running_thread().unwrap_or(QNIL),
-    ))
+fn thread(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
+    Ok(Task::get(&rb_self)?
+        .running_thread(ruby)
+        .unwrap_or_else(|| sys::nil(ruby)))
 }
 
 /// The block, for Task#inspect (nil once done).
-fn block(rb_self: Value) -> Result<Value, Error> {
-    Ok(sys::value(Task::get(&rb_self)?.block()))
+fn block(ruby: &Ruby, rb_self: Value) -> Result<Value, Error> {
+    Ok(Task::get(&rb_self)?.block(ruby))
 }
 
 pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {

@@ -20,12 +20,11 @@
 
 use std::time::{Duration, Instant};
 
-use magnus::{Error, Value};
-use rb_sys::VALUE;
+use magnus::{prelude::*, Error, Ruby, Value};
 
 use crate::errors;
 use crate::spin::{self, Plan};
-use crate::sys::{self, GvlCell, WaitList, Waiter, QNIL};
+use crate::sys::{self, GvlCell, WaitList, Waiter};
 
 /// Runs `wait` with a waiter for the current thread enlisted on the list
 /// chosen by `list`. The waiter is off the list and out of its waiting
@@ -41,13 +40,23 @@ pub fn enlisted<S, R>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
     end: End,
-    blocker: VALUE,
+    blocker: Value,
     worth_passing_on: fn(&mut S) -> bool,
     wait: impl FnOnce(&Waiter) -> Result<R, Error>,
 ) -> Result<R, Error> {
     let w = Waiter::current(blocker);
     let result = sys::while_enlisted(cell, list, &w, || wait(&w));
-    result.map_err(|e| passed_on(e, w.signaled(), cell, list, end, worth_passing_on))
+    result.map_err(|e| {
+        passed_on(
+            &w.ruby(),
+            e,
+            w.signaled(),
+            cell,
+            list,
+            end,
+            worth_passing_on,
+        )
+    })
 }
 
 /// Blocks the current thread (or fiber) on the list chosen by `list` until
@@ -55,7 +64,7 @@ pub fn enlisted<S, R>(
 pub fn park<S>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
-    blocker: VALUE,
+    blocker: Value,
     deadline: Option<Instant>,
     worth_passing_on: fn(&mut S) -> bool,
 ) -> Result<(), Error> {
@@ -74,7 +83,7 @@ pub fn park<S>(
 /// the next waiter of that list when `worth_passing_on` says so.
 pub fn park_any<S>(
     cells: &[&GvlCell<S>],
-    blocker: VALUE,
+    blocker: Value,
     list: fn(&mut S) -> &mut WaitList,
     deadline: Option<Instant>,
     worth_passing_on: fn(&mut S) -> bool,
@@ -84,6 +93,7 @@ pub fn park_any<S>(
         sys::while_enlisted_on_each(&head, cells, list, || block(&head, deadline, false));
     match (result, woken_by) {
         (Err(e), Some(i)) => Err(passed_on(
+            &head.ruby(),
             e,
             true,
             cells[i],
@@ -102,6 +112,7 @@ pub fn park_any<S>(
 /// wake-ups come from. The error that ended the wait (a kill, say) stays
 /// the one raised unless passing the wake-up on met a more urgent one.
 fn passed_on<S>(
+    ruby: &Ruby,
     e: Error,
     woken: bool,
     cell: &GvlCell<S>,
@@ -110,7 +121,7 @@ fn passed_on<S>(
     worth_passing_on: fn(&mut S) -> bool,
 ) -> Error {
     if woken && cell.with(worth_passing_on) {
-        after_error(e, || wake_from(cell, list, 1, end).map(drop))
+        after_error(ruby, e, || wake_from(cell, list, 1, end).map(drop))
     } else {
         e
     }
@@ -146,12 +157,9 @@ pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Step {
     if w.signaled() {
         return Step::Done;
     }
-    match spin::plan(
-        w.list_last_wake(),
-        w.list_last_wake_cpu(),
-        deadline,
-        sys::thread_alone,
-    ) {
+    match spin::plan(w.list_last_wake(), w.list_last_wake_cpu(), deadline, || {
+        sys::thread_alone(&w.ruby())
+    }) {
         Some(plan) => Step::Plan(plan),
         None => Step::Sleep,
     }
@@ -172,6 +180,7 @@ pub fn block_from(
     once: bool,
     step: Step,
 ) -> Result<(), Error> {
+    let ruby = w.ruby();
     match &step {
         Step::Done => return Ok(()),
         Step::Scheduler => return sys::scheduler_block(w, remaining(deadline)),
@@ -189,9 +198,9 @@ pub fn block_from(
         // interrupt flag, which check_ints consumes: read it first, or the
         // sleep below would wait for a wake-up already spent (ruby/spec's
         // "can be interrupted by Thread#run", about 1 run in 10 on 3.3.8).
-        let woken = once && sys::thread_interrupted(sys::current_thread());
+        let woken = once && sys::CurrentThread::get(&ruby).interrupted();
         // Interrupts that arrived while spinning or parked are raised here.
-        sys::check_ints()?;
+        sys::check_ints(&ruby)?;
         // With `once`, an interrupt ends the wait as it ends Mutex#sleep
         // (Thread#wakeup arrives as one).
         if w.signaled() || (once && (woken || w.interrupted())) {
@@ -202,12 +211,12 @@ pub fn block_from(
     // We are about to give up the GVL in Ruby's sleep: let a signaled
     // spinner stop waiting for it.
     sys::note_gvl_release();
-    let sleeper = sys::Sleeper::new()?;
+    let sleeper = sys::Sleeper::new(&ruby)?;
     loop {
         // A signal handler that runs here (and wakes us) runs before the
         // check below, not in the sleep's own first interrupt check, whose
         // wake-up Ruby would overwrite when it restores the sleeping status.
-        sys::check_ints_before_sleep()?;
+        sys::check_ints_before_sleep(&ruby)?;
         if w.signaled() {
             return Ok(());
         }
@@ -274,7 +283,7 @@ fn wake_from<S>(
                 if errors::is_jump(&e) {
                     // Wake the rest while the jump is pending.
                     let rest = n - woken;
-                    return Err(sys::cleanup_during_jump(e, || {
+                    return Err(sys::cleanup_during_jump(&target.ruby(), e, || {
                         // The jump outranks whatever else fails here.
                         let _ = wake_from(cell, list, rest, end);
                     }));
@@ -297,21 +306,22 @@ fn wake_from<S>(
 /// `first`, then `next` whatever `first` gave (an ensure clause): both run,
 /// and the more urgent error is returned (see `errors::more_urgent`).
 pub fn finally(
+    ruby: &Ruby,
     first: Result<(), Error>,
     next: impl FnOnce() -> Result<(), Error>,
 ) -> Result<(), Error> {
     match first {
         Ok(()) => next(),
-        Err(e) => Err(after_error(e, next)),
+        Err(e) => Err(after_error(ruby, e, next)),
     }
 }
 
 /// Runs `next` after the error `e` (an ensure clause) and returns the more
 /// urgent error. After a jump, `next` runs as Ruby runs ensure clauses
 /// (`sys::cleanup_during_jump`), and the jump outranks anything it meets.
-pub fn after_error(e: Error, next: impl FnOnce() -> Result<(), Error>) -> Error {
+pub fn after_error(ruby: &Ruby, e: Error, next: impl FnOnce() -> Result<(), Error>) -> Error {
     if errors::is_jump(&e) {
-        return sys::cleanup_during_jump(e, || {
+        return sys::cleanup_during_jump(ruby, e, || {
             let _ = next();
         });
     }
@@ -342,11 +352,10 @@ pub fn wake_all<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Resu
 /// Negative and NaN values mean "do not wait"; a timeout too large for the
 /// clock means "no deadline".
 pub fn timeout_duration(timeout: Value) -> Result<Option<Duration>, Error> {
-    let t = sys::raw(timeout);
-    if t == QNIL {
+    if timeout.is_nil() {
         return Ok(None);
     }
-    Ok(Some(timeout_from_secs(sys::num2dbl(t)?)))
+    Ok(Some(timeout_from_secs(sys::num2dbl(timeout)?)))
 }
 
 /// Seconds as a wait's length: NaN and negatives do not wait, too large

@@ -6,6 +6,8 @@ use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use magnus::Ruby;
+
 use super::*;
 
 // ---------------------------------------------------------------------------
@@ -23,8 +25,8 @@ pub fn note_gvl_release() {
 }
 
 /// Whether the current thread is the only live thread.
-pub fn thread_alone() -> bool {
-    // SAFETY: a plain query, GVL held.
+pub fn thread_alone(_: &Ruby) -> bool {
+    // SAFETY: a plain query, GVL held (the handle).
     unsafe { rb_sys::rb_thread_alone() != 0 }
 }
 
@@ -216,7 +218,7 @@ unsafe extern "C" fn yield_ubf(arg: *mut c_void) {
 /// through one of our waits, or after `budget`, or once a yield comes
 /// back later than `late` (the CPU is busy: then it returns true). Never
 /// raises.
-pub fn yield_gvl(budget: Duration, late: Duration) -> bool {
+pub fn yield_gvl(_: &Ruby, budget: Duration, late: Duration) -> bool {
     note_gvl_release();
     let args = YieldArgs {
         budget,

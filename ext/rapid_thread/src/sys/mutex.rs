@@ -3,8 +3,10 @@
 use std::ptr;
 use std::time::Duration;
 
-use magnus::rb_sys::protect;
-use magnus::Error;
+use magnus::prelude::*;
+use magnus::rb_sys::{protect, AsRawValue};
+use magnus::value::Lazy;
+use magnus::{Error, RClass, Ruby, Value};
 use rb_sys::VALUE;
 
 use super::threads::handle_interrupt;
@@ -17,7 +19,8 @@ use crate::errors::is_thread_error;
 
 /// `rb_time_interval`: Mutex#sleep's conversion of its timeout, with its
 /// errors ("time interval must not be negative", "can't convert ...").
-pub fn time_interval(v: VALUE) -> Result<Duration, Error> {
+pub fn time_interval(v: Value) -> Result<Duration, Error> {
+    let v = v.as_raw();
     let mut tv = rb_sys::timeval {
         tv_sec: 0,
         tv_usec: 0,
@@ -32,8 +35,37 @@ pub fn time_interval(v: VALUE) -> Result<Duration, Error> {
         + Duration::from_micros(tv.tv_usec.max(0) as u64))
 }
 
-pub fn mutex_unlock(m: VALUE) -> Result<(), Error> {
-    // SAFETY: raises ThreadError when not owned; caught by protect.
+/// A `Thread::Mutex` itself (not a subclass, which may redefine its
+/// methods): ConditionVariable#wait runs its Mutex#sleep natively.
+#[derive(Clone, Copy)]
+pub struct NativeMutex(Value);
+
+static THREAD_MUTEX: Lazy<RClass> = Lazy::new(|ruby| {
+    ruby.class_object()
+        .const_get::<_, RClass>("Thread")
+        .unwrap()
+        .const_get("Mutex")
+        .unwrap()
+});
+
+impl NativeMutex {
+    pub fn new(ruby: &Ruby, m: Value) -> Option<NativeMutex> {
+        (class_of(m).as_raw() == ruby.get_inner(&THREAD_MUTEX).as_raw()).then_some(NativeMutex(m))
+    }
+
+    /// `m.try_lock`, which does not raise for a Thread::Mutex.
+    fn try_lock(self) -> bool {
+        // SAFETY: a live Thread::Mutex (the type), GVL held (a Value).
+        unsafe {
+            rb_sys::rb_mutex_trylock(self.0.as_raw()) != rb_sys::special_consts::Qfalse as VALUE
+        }
+    }
+}
+
+pub fn mutex_unlock(m: NativeMutex) -> Result<(), Error> {
+    let m = m.0.as_raw();
+    // SAFETY: a Thread::Mutex; raises ThreadError when not owned; caught
+    // by protect.
     protect(|| unsafe { rb_sys::rb_mutex_unlock(m) })?;
     Ok(())
 }
@@ -43,11 +75,11 @@ pub fn mutex_unlock(m: VALUE) -> Result<(), Error> {
 /// mutex. The first half of re-locking after a wait (see
 /// condition_variable.rs): the rare interrupted case finishes with
 /// [`mutex_relock_masked`].
-pub fn mutex_lock_once(m: VALUE) -> Result<(), Error> {
-    // SAFETY: a plain try-lock; does not raise.
-    if unsafe { rb_sys::rb_mutex_trylock(m) } != rb_sys::special_consts::Qfalse as VALUE {
+pub fn mutex_lock_once(m: NativeMutex) -> Result<(), Error> {
+    if m.try_lock() {
         return Ok(());
     }
+    let m = m.0.as_raw();
     // SAFETY: may raise (interrupts, ThreadError); caught by protect.
     protect(|| unsafe { rb_sys::rb_mutex_lock(m) }).map(drop)
 }
@@ -60,18 +92,19 @@ pub fn mutex_lock_once(m: VALUE) -> Result<(), Error> {
 /// is ThreadError without the mutex only where stock raises it too (a trap
 /// handler). Costs a method call and a Hash: only for the rare re-lock that
 /// an interrupt broke.
-pub fn mutex_relock_masked(m: VALUE) -> Result<(), Error> {
-    // SAFETY: a plain try-lock; does not raise.
-    if unsafe { rb_sys::rb_mutex_trylock(m) } != rb_sys::special_consts::Qfalse as VALUE {
+pub fn mutex_relock_masked(m: NativeMutex) -> Result<(), Error> {
+    if m.try_lock() {
         return Ok(());
     }
+    let ruby = Ruby::get_with(m.0);
+    let m = m.0.as_raw();
     let mut state = Relock {
         mutex: m,
         kept: None,
     };
     let data = &mut state as *mut Relock as VALUE;
     // `state` outlives the call (see relock_block).
-    let masked = handle_interrupt(c"never", relock_block, data);
+    let masked = handle_interrupt(&ruby, c"never", relock_block, data);
     gc_guard(m);
     match (state.kept, masked) {
         (None, r) => r.map(drop),
@@ -127,9 +160,8 @@ unsafe extern "C" fn relock_block(
 
 /// `mutex.sleep(timeout)` through a normal method call (any object that
 /// responds to `sleep`).
-pub fn call_sleep(m: VALUE, timeout: VALUE) -> Result<VALUE, Error> {
-    // SAFETY: a method call that may raise; caught by protect.
-    protect(|| unsafe { rb_sys::rb_funcallv(m, name!(c"sleep").id(), 1, &timeout) })
+pub fn call_sleep(m: Value, timeout: Value) -> Result<Value, Error> {
+    funcall(m, name!(c"sleep"), &[timeout])
 }
 
 /// `Thread::Mutex#sleep(timeout)`, its C function without the method
@@ -139,16 +171,20 @@ pub fn call_sleep(m: VALUE, timeout: VALUE) -> Result<VALUE, Error> {
 /// timed out, else the seconds slept. `timeout` is the caller's own
 /// object (nil, or what stock's wait would pass on), so that Ruby's
 /// conversion and its limits are stock's.
-pub fn mutex_sleep(m: VALUE, timeout: VALUE) -> Result<VALUE, Error> {
+pub fn mutex_sleep(m: NativeMutex, timeout: Value) -> Result<Value, Error> {
+    let (m, t) = (m.0.as_raw(), timeout.as_raw());
     // SAFETY: rb_mutex_sleep checks the receiver's type and may raise or
     // jump (a bad timeout, not owned, interrupts), caught by protect.
-    protect(|| unsafe { rb_sys::rb_mutex_sleep(m, timeout) })
+    let r = protect(|| unsafe { rb_sys::rb_mutex_sleep(m, t) })?;
+    // SAFETY: its result (nil or an Integer), alive on this stack.
+    Ok(unsafe { value(r) })
 }
 
 /// `rb_obj_class(v)`.
-pub fn class_of(v: VALUE) -> VALUE {
-    // SAFETY: a plain query of a live object.
-    unsafe { rb_sys::rb_obj_class(v) }
+pub fn class_of(v: Value) -> Value {
+    // SAFETY: a plain query of a live object; a class is alive while an
+    // object of it is.
+    unsafe { value(rb_sys::rb_obj_class(v.as_raw())) }
 }
 
 /// Seconds since the epoch, as `time(0)` (Mutex#sleep returns the

@@ -6,8 +6,8 @@ use std::ffi::c_void;
 use std::ptr;
 use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
-use magnus::rb_sys::protect;
-use magnus::Error;
+use magnus::rb_sys::{protect, AsRawValue};
+use magnus::{Error, Ruby, TypedData, Value};
 use rb_sys::VALUE;
 
 use super::*;
@@ -17,26 +17,31 @@ use super::*;
 /// when a method is defined; every other class of the extension is
 /// defined with it off, so their methods raise Ractor::UnsafeError outside
 /// the main Ractor and the GVL-guarded state (`GvlCell`) stays in one.
-pub fn ext_ractor_safe(flag: bool) {
-    // SAFETY: sets a flag of the current thread's extension-loading state.
+pub fn ext_ractor_safe(_: &Ruby, flag: bool) {
+    // SAFETY: sets a flag of the current thread's extension-loading state
+    // (GVL held: the handle).
     unsafe { rb_sys::rb_ext_ractor_safe(flag) }
 }
 
 /// `obj.freeze`.
-pub fn freeze(obj: VALUE) {
-    // SAFETY: freezing a live object we were called on; never raises for a
-    // T_DATA object (no singleton class to freeze that could fail).
-    unsafe {
-        rb_sys::rb_obj_freeze(obj);
+pub fn freeze<T: TypedData>(obj: Value) {
+    if typed_ref::<T>(&obj).is_some() {
+        // SAFETY: a live T_DATA object of the extension's (checked), GVL
+        // held (a Value): freezing one never raises (no singleton class
+        // to freeze that could fail).
+        unsafe {
+            rb_sys::rb_obj_freeze(obj.as_raw());
+        }
     }
 }
 
 /// `obj` when it is shareable, else `Ractor.make_shareable(obj, copy: true)`:
 /// a deep copy, frozen, leaving `obj` untouched. Raises Ractor::Error for
 /// what cannot be made shareable (a Thread, a Proc with unshareable self).
-pub fn shareable(obj: VALUE) -> Result<VALUE, Error> {
+pub fn shareable(v: Value) -> Result<Value, Error> {
+    let obj = v.as_raw();
     if special_const(obj) {
-        return Ok(obj);
+        return Ok(v);
     }
     // SAFETY: `obj` is a live heap object passed by Ruby, so its flags can
     // be read. FL_SHAREABLE is set by Ruby once an object is known to be
@@ -46,9 +51,10 @@ pub fn shareable(obj: VALUE) -> Result<VALUE, Error> {
     unsafe {
         let flags = (*(obj as *const rb_sys::RBasic)).flags;
         if flags & (rb_sys::ruby_fl_type::RUBY_FL_SHAREABLE as VALUE) != 0 {
-            return Ok(obj);
+            return Ok(v);
         }
-        protect(|| rb_sys::rb_ractor_make_shareable_copy(obj))
+        // The copy is alive on this stack.
+        protect(|| rb_sys::rb_ractor_make_shareable_copy(obj)).map(|c| value(c))
     }
 }
 
@@ -208,24 +214,17 @@ impl Event {
     }
 }
 
-/// `rb_thread_interrupted(thread)`: whether `thread` has a pending
-/// interrupt (Thread#raise, kill, a signal for the main thread). Only
-/// reads a flag, so a thread that released the GVL may ask about itself.
-pub fn thread_interrupted(thread: VALUE) -> bool {
-    // SAFETY: `thread` is the calling thread's own Thread (alive while it
-    // runs); rb_thread_interrupted reads its execution context's flags.
-    unsafe { rb_sys::rb_thread_interrupted(thread) != 0 }
-}
-
 /// The current fiber scheduler of a non-blocking fiber, or nil.
-pub fn fiber_scheduler() -> VALUE {
-    // SAFETY: a plain query, GVL held.
-    unsafe { rb_sys::rb_fiber_scheduler_current() }
+pub fn fiber_scheduler(_: &Ruby) -> Value {
+    // SAFETY: a plain query, GVL held (the handle); the thread holds its
+    // scheduler.
+    unsafe { value(rb_sys::rb_fiber_scheduler_current()) }
 }
 
 /// `scheduler.kernel_sleep(duration)`: lets the scheduler run other fibers
 /// for up to `d`. May raise (an interrupt), caught by protect.
-pub fn scheduler_sleep(scheduler: VALUE, d: std::time::Duration) -> Result<(), Error> {
+pub fn scheduler_sleep(scheduler: Value, d: std::time::Duration) -> Result<(), Error> {
+    let scheduler = scheduler.as_raw();
     // SAFETY: calls the scheduler's Ruby code; the Float is a flonum or
     // kept on this frame until the call returns.
     protect(|| unsafe {

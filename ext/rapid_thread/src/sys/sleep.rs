@@ -4,15 +4,15 @@ use std::marker::PhantomData;
 use std::time::Duration;
 
 use magnus::rb_sys::protect;
-use magnus::Error;
+use magnus::{Error, Ruby};
 use rb_sys::VALUE;
 
 use super::*;
 use crate::errors::is_thread_error;
 
 /// Runs pending interrupts (Thread#raise, kill, signal handlers).
-pub fn check_ints() -> Result<(), Error> {
-    // SAFETY: may raise; caught by protect.
+pub fn check_ints(_: &Ruby) -> Result<(), Error> {
+    // SAFETY: GVL held (the handle); may raise; caught by protect.
     protect(|| unsafe {
         rb_sys::rb_thread_check_ints();
         QNIL
@@ -28,12 +28,11 @@ pub fn check_ints() -> Result<(), Error> {
 /// there with the thread already marked asleep, so a wake-up they send
 /// ends the sleep (a trap handler's would be overwritten: the flags show
 /// those).
-pub fn check_ints_before_sleep() -> Result<(), Error> {
-    // SAFETY: plain queries of the current thread, GVL held.
-    if unsafe { rb_sys::rb_thread_interrupted(rb_sys::rb_thread_current()) } == 0 {
+pub fn check_ints_before_sleep(ruby: &Ruby) -> Result<(), Error> {
+    if !CurrentThread::get(ruby).interrupted() {
         return Ok(());
     }
-    check_ints()
+    check_ints(ruby)
 }
 
 /// Sleeps until woken, until `timeout` passes, or until any interrupt
@@ -52,8 +51,8 @@ pub fn check_ints_before_sleep() -> Result<(), Error> {
 /// (Only the main thread runs trap handlers, but Ruby's own sleep on the
 /// other threads, tried twice, made more context switches: see
 /// docs/design-details.md, "One CPU on Ruby 3.3+".)
-pub fn ruby_sleep(timeout: Option<Duration>) -> Result<(), Error> {
-    Sleeper::new()?.sleep(timeout)
+pub fn ruby_sleep(ruby: &Ruby, timeout: Option<Duration>) -> Result<(), Error> {
+    Sleeper::new(ruby)?.sleep(timeout)
 }
 
 /// What [`ruby_sleep`] sleeps on: a private Thread::Mutex of the waiting
@@ -101,7 +100,7 @@ impl Drop for Sleeper {
 }
 
 impl Sleeper {
-    pub fn new() -> Result<Sleeper, Error> {
+    pub fn new(ruby: &Ruby) -> Result<Sleeper, Error> {
         let mut mutex = QNIL;
         let slot = &mut mutex as *mut VALUE;
         // SAFETY: reads (and once sets) a hidden ivar of the current
@@ -118,7 +117,7 @@ impl Sleeper {
         // whole call.
         let locked = protect(|| unsafe {
             let fiber = rb_sys::rb_fiber_current();
-            let id = name!(c"__rapid_thread_sleep_mutex").id();
+            let id = name!(c"__rapid_thread_sleep_mutex").id(ruby);
             let cached = rb_sys::rb_ivar_get(fiber, id);
             let m = if cached != QNIL
                 && rb_sys::rb_mutex_locked_p(cached) == rb_sys::special_consts::Qfalse as VALUE
@@ -216,7 +215,7 @@ fn sleep_in_trap_context(timeout: Option<Duration>) -> Result<(), Error> {
 /// kill). `rb_ensure` handles it as Ruby's own ensure clauses do: `$!` is
 /// nil while `cleanup` runs, and the marker is restored before the jump
 /// resumes. `cleanup` catches its own errors; any other error is `jump`.
-pub fn cleanup_during_jump<F: FnOnce()>(jump: Error, cleanup: F) -> Error {
+pub fn cleanup_during_jump<F: FnOnce()>(_: &Ruby, jump: Error, cleanup: F) -> Error {
     let tag = match jump.error_type() {
         magnus::error::ErrorType::Jump(tag) => tag_number(tag),
         _ => {
@@ -258,8 +257,8 @@ pub fn cleanup_during_jump<F: FnOnce()>(jump: Error, cleanup: F) -> Error {
 /// Sets `$!` to nil, after a jump was caught that will be resumed from a
 /// frame with no Ruby frame above it (a cached worker ends with it): the
 /// worker's clean-up calls can then rescue errors as usual.
-pub fn clear_errinfo() {
-    // SAFETY: setting nil never raises.
+pub fn clear_errinfo(_: &Ruby) {
+    // SAFETY: GVL held (the handle); setting nil never raises.
     unsafe { rb_sys::rb_set_errinfo(QNIL) }
 }
 

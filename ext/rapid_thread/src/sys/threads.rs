@@ -6,8 +6,11 @@ use std::os::raw::{c_char, c_int};
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use magnus::rb_sys::protect;
-use magnus::Error;
+use std::marker::PhantomData;
+
+use magnus::prelude::*;
+use magnus::rb_sys::{protect, AsRawValue};
+use magnus::{Error, RArray, Ruby, Value};
 use rb_sys::{ruby_value_type, VALUE};
 
 use super::*;
@@ -19,15 +22,18 @@ use super::*;
 /// The body of a thread started by [`create_thread`]: returns the
 /// non-local exit tag (kill, exit) to resume once it has cleaned up, or
 /// None to end the thread normally.
-pub type ThreadBody = fn() -> Option<i32>;
+pub type ThreadBody = fn(&Ruby) -> Option<i32>;
 
 unsafe extern "C" fn thread_entry(arg: *mut c_void) -> VALUE {
     // SAFETY: `arg` is the `ThreadBody` that create_thread cast to a
     // pointer; function pointers round-trip through `*mut c_void`.
     let body: ThreadBody = unsafe { std::mem::transmute::<*mut c_void, ThreadBody>(arg) };
+    // SAFETY: Ruby runs a thread's function on that new Ruby thread, with
+    // the GVL.
+    let ruby = unsafe { Ruby::get_unchecked() };
     // A panic must not unwind into Ruby's C frames: end the thread instead
     // (the body's drop guards have run by then).
-    let tag = std::panic::catch_unwind(body).unwrap_or(None);
+    let tag = std::panic::catch_unwind(|| body(&ruby)).unwrap_or(None);
     // SAFETY: this is a thread's entry frame, which owns nothing.
     unsafe { finish_thread(tag) }
 }
@@ -35,7 +41,9 @@ unsafe extern "C" fn thread_entry(arg: *mut c_void) -> VALUE {
 unsafe extern "C" fn unmasked_thread_entry(arg: *mut c_void) -> VALUE {
     // SAFETY: as in thread_entry.
     let body: ThreadBody = unsafe { std::mem::transmute::<*mut c_void, ThreadBody>(arg) };
-    let tag = run_unmasked(body);
+    // SAFETY: as in thread_entry.
+    let ruby = unsafe { Ruby::get_unchecked() };
+    let tag = run_unmasked(&ruby, body);
     // SAFETY: as in thread_entry.
     unsafe { finish_thread(tag) }
 }
@@ -65,8 +73,11 @@ unsafe extern "C" fn unmasked_block(
     // SAFETY: `data` points at the (body, result) pair on run_unmasked's
     // stack, alive for the whole call.
     let slot = unsafe { &mut *(data as *mut (ThreadBody, Option<i32>)) };
+    // SAFETY: Ruby calls a block on its own thread, with the GVL.
+    let ruby = unsafe { Ruby::get_unchecked() };
+    let body = slot.0;
     // A panic must not unwind into Ruby's C frames (see thread_entry).
-    slot.1 = std::panic::catch_unwind(slot.0).unwrap_or(None);
+    slot.1 = std::panic::catch_unwind(|| body(&ruby)).unwrap_or(None);
     QNIL
 }
 
@@ -79,13 +90,13 @@ unsafe extern "C" fn unmasked_block(
 /// Leaving handle_interrupt runs interrupts that arrived as the body
 /// ended: a kill is resumed; an exception (Thread#raise at the monitor,
 /// the one user of this) is dropped, as the monitor's body drops it.
-fn run_unmasked(body: ThreadBody) -> Option<i32> {
+fn run_unmasked(ruby: &Ruby, body: ThreadBody) -> Option<i32> {
     let mut slot: (ThreadBody, Option<i32>) = (body, None);
     let data = &mut slot as *mut (ThreadBody, Option<i32>) as VALUE;
     // `slot` outlives the call.
     // handle_interrupt runs pending interrupts when it returns, which may
     // raise or jump: the Err below.
-    let r = handle_interrupt(c"immediate", unmasked_block, data);
+    let r = handle_interrupt(ruby, c"immediate", unmasked_block, data);
     match r {
         Ok(_) => slot.1,
         Err(e) => match e.error_type() {
@@ -105,8 +116,8 @@ fn run_unmasked(body: ThreadBody) -> Option<i32> {
 /// blocks have run and Ruby has told every thread to end, so a thread
 /// made now, by an `ensure` say, would never be told, and the exit would
 /// wait for it forever; `rb_thread_create` itself does not check).
-pub fn create_thread(body: ThreadBody, unmasked: bool) -> Result<VALUE, Error> {
-    if process_ending()? {
+pub fn create_thread(ruby: &Ruby, body: ThreadBody, unmasked: bool) -> Result<Value, Error> {
+    if process_ending(ruby)? {
         return Err(crate::errors::thread_error("can't alloc thread"));
     }
     let entry = if unmasked {
@@ -117,14 +128,16 @@ pub fn create_thread(body: ThreadBody, unmasked: bool) -> Result<VALUE, Error> {
     // SAFETY: both entries match the expected signature and the argument
     // is a plain function pointer with no captured state; may raise
     // ThreadError, caught by protect.
-    protect(|| unsafe { rb_sys::rb_thread_create(Some(entry), body as *mut c_void) })
+    let t = protect(|| unsafe { rb_sys::rb_thread_create(Some(entry), body as *mut c_void) })?;
+    // SAFETY: a new, live Thread.
+    Ok(unsafe { value(t) })
 }
 
 /// Whether the main thread is killed: the process is ending, and every
 /// thread alive was told to end once, when this became true.
-pub fn process_ending() -> Result<bool, Error> {
-    let alive = funcall(main_thread(), name!(c"alive?"), &[])?;
-    Ok(!magnus::value::ReprValue::to_bool(value(alive)))
+pub fn process_ending(ruby: &Ruby) -> Result<bool, Error> {
+    let alive = funcall(main_thread(ruby), name!(c"alive?"), &[])?;
+    Ok(!alive.to_bool())
 }
 
 /// The tag number of a non-local exit (`Error::Jump`).
@@ -142,47 +155,82 @@ pub fn tag_number(tag: &magnus::error::Tag) -> i32 {
     }
 }
 
-pub fn current_thread() -> VALUE {
-    // SAFETY: a plain query, GVL held.
-    unsafe { rb_sys::rb_thread_current() }
+pub fn current_thread(_: &Ruby) -> Value {
+    // SAFETY: a plain query, GVL held (the handle proves it); the current
+    // thread is alive.
+    unsafe { value(rb_sys::rb_thread_current()) }
 }
 
-pub fn main_thread() -> VALUE {
-    // SAFETY: a plain query, GVL held.
-    unsafe { rb_sys::rb_thread_main() }
+pub fn main_thread(_: &Ruby) -> Value {
+    // SAFETY: as current_thread.
+    unsafe { value(rb_sys::rb_thread_main()) }
+}
+
+/// The calling thread, for the one question it may ask without the GVL
+/// ([`CurrentThread::interrupted`]). Not Send: it stays on its thread,
+/// whose Thread object is alive while it runs.
+#[derive(Clone, Copy)]
+pub struct CurrentThread {
+    thread: VALUE,
+    _here: PhantomData<*mut ()>,
+}
+
+impl CurrentThread {
+    pub fn get(ruby: &Ruby) -> CurrentThread {
+        CurrentThread {
+            thread: current_thread(ruby).as_raw(),
+            _here: PhantomData,
+        }
+    }
+
+    /// `rb_thread_interrupted`: whether this thread has a pending
+    /// interrupt (Thread#raise, kill, a signal for the main thread). Only
+    /// reads a flag of its own, so it may ask with the GVL released.
+    pub fn interrupted(self) -> bool {
+        // SAFETY: `thread` is the calling thread's own Thread (the type
+        // stays on it); rb_thread_interrupted reads its execution
+        // context's flags, and cannot raise for a Thread.
+        unsafe { rb_sys::rb_thread_interrupted(self.thread) != 0 }
+    }
 }
 
 /// The block passed to the current method as a Proc, if any.
-pub fn block_proc() -> Option<VALUE> {
-    // SAFETY: called from a method body with the GVL held; rb_block_proc
-    // only allocates.
-    unsafe { (rb_sys::rb_block_given_p() != 0).then(|| rb_sys::rb_block_proc()) }
+pub fn block_proc(_: &Ruby) -> Option<Value> {
+    // SAFETY: GVL held (the handle); rb_block_proc only allocates, and
+    // without a method frame of ours Ruby's block check reads the caller's
+    // frame, which is what a method body asks for.
+    unsafe { (rb_sys::rb_block_given_p() != 0).then(|| value(rb_sys::rb_block_proc())) }
 }
 
 /// Whether the current method was called with keywords (`**kw`).
-pub fn keyword_given() -> bool {
-    // SAFETY: a plain query of the current frame.
+pub fn keyword_given(_: &Ruby) -> bool {
+    // SAFETY: a plain query of the current frame, GVL held (the handle).
     unsafe { rb_sys::rb_keyword_given_p() != 0 }
 }
 
 /// `proc.call(*args)` (with `**` of the last element when `kw_splat`),
-/// as Thread.new invokes its block; `args` nil: no arguments.
-pub fn call_proc(proc: VALUE, args: VALUE, kw_splat: bool) -> Result<VALUE, Error> {
-    if args == QNIL {
-        // SAFETY: no arguments, no block; the call may raise or throw,
-        // caught by protect.
-        return protect(|| unsafe {
+/// as Thread.new invokes its block; no `args`: no arguments.
+pub fn call_proc(proc: Value, args: Option<RArray>, kw_splat: bool) -> Result<Value, Error> {
+    let proc = proc.as_raw();
+    let r = match args {
+        // SAFETY: no arguments, no block; the call checks the receiver's
+        // type and may raise or throw, caught by protect.
+        None => protect(|| unsafe {
             rb_sys::rb_proc_call_with_block_kw(proc, 0, std::ptr::null(), QNIL, 0)
-        });
-    }
-    // SAFETY: `args` is an Array we built; the call may raise or throw,
-    // caught by protect.
-    protect(|| unsafe { rb_sys::rb_proc_call_kw(proc, args, kw_splat as _) })
+        }),
+        // SAFETY: `args` is an Array (its type); the call checks the
+        // receiver's type and may raise or throw, caught by protect.
+        Some(args) => {
+            protect(|| unsafe { rb_sys::rb_proc_call_kw(proc, args.as_raw(), kw_splat as _) })
+        }
+    }?;
+    // SAFETY: the block's result, alive on this stack.
+    Ok(unsafe { value(r) })
 }
 
 /// What Ruby does when a thread's block returns: a fiber scheduler set by
 /// the block is closed (`rb_fiber_scheduler_set(Qnil)`, which runs it).
-pub fn close_fiber_scheduler() -> Result<(), Error> {
+pub fn close_fiber_scheduler(_: &Ruby) -> Result<(), Error> {
     // SAFETY: reads the current thread's scheduler field; cannot raise.
     // Checked outside protect: a block rarely sets one, and a protect per
     // block is a setjmp.
@@ -217,10 +265,10 @@ impl Name {
         }
     }
 
-    /// Needs the GVL. Interning a name for the first time allocates (and
-    /// can raise NoMemoryError): call it inside `protect` unless the name
-    /// surely exists already.
-    pub fn id(&self) -> rb_sys::ID {
+    /// Interning a name for the first time allocates (and can raise
+    /// NoMemoryError): call it inside `protect` unless the name surely
+    /// exists already. The handle proves the GVL.
+    pub fn id(&self, _: &Ruby) -> rb_sys::ID {
         match self.id.load(Ordering::Relaxed) {
             0 => {
                 // SAFETY: interning a NUL-terminated static name; the ID
@@ -244,17 +292,31 @@ macro_rules! name {
 pub(crate) use name;
 
 /// `recv.name(*args)`, protected.
-pub fn funcall(recv: VALUE, name: &Name, args: &[VALUE]) -> Result<VALUE, Error> {
+pub fn funcall(recv: Value, name: &Name, args: &[Value]) -> Result<Value, Error> {
+    let ruby = Ruby::get_with(recv);
     // SAFETY: a method call that may raise (interning a new name
-    // allocates); caught by protect. `args` outlives the call.
-    protect(|| unsafe { rb_sys::rb_funcallv(recv, name.id(), args.len() as _, args.as_ptr()) })
+    // allocates); caught by protect. `args` outlives the call (Value is a
+    // transparent VALUE).
+    let r = protect(|| unsafe {
+        rb_sys::rb_funcallv(
+            recv.as_raw(),
+            name.id(&ruby),
+            args.len() as _,
+            args.as_ptr().cast(),
+        )
+    })?;
+    // SAFETY: the call's result, alive on this stack.
+    Ok(unsafe { value(r) })
 }
 
 /// `recv.name(*args)` for each `(recv, name, args)`, in order, under one
 /// protect: a call to a small C method such as Thread#priority costs
 /// about 280 instructions on 3.1, and a protect around it about 90 more.
 /// Stops at the first error.
-pub fn funcalls<const N: usize>(calls: [(VALUE, &Name, &[VALUE]); N]) -> Result<[VALUE; N], Error> {
+pub fn funcalls<const N: usize>(
+    ruby: &Ruby,
+    calls: [(Value, &Name, &[Value]); N],
+) -> Result<[Value; N], Error> {
     let mut out = [QNIL; N];
     let slots = out.as_mut_ptr();
     // SAFETY: method calls that may raise (interning a new name
@@ -263,28 +325,36 @@ pub fn funcalls<const N: usize>(calls: [(VALUE, &Name, &[VALUE]); N]) -> Result<
     // for N values; the argument slices outlive the call.
     protect(|| unsafe {
         for (i, (recv, name, args)) in calls.iter().enumerate() {
-            *slots.add(i) = rb_sys::rb_funcallv(*recv, name.id(), args.len() as _, args.as_ptr());
+            *slots.add(i) = rb_sys::rb_funcallv(
+                recv.as_raw(),
+                name.id(ruby),
+                args.len() as _,
+                args.as_ptr().cast(),
+            );
         }
         QNIL
     })?;
-    Ok(out)
+    // SAFETY: the calls' results, alive on this stack.
+    Ok(out.map(|v| unsafe { value(v) }))
 }
 
 /// The value of a global variable such as `$DEBUG` (`rb_gv_get`; reading
 /// a plain global runs no Ruby code).
-pub fn global_variable(name: &std::ffi::CStr) -> VALUE {
-    // SAFETY: a plain read, GVL held; `name` is NUL-terminated.
-    unsafe { rb_sys::rb_gv_get(name.as_ptr()) }
+pub fn global_variable(_: &Ruby, name: &std::ffi::CStr) -> Value {
+    // SAFETY: a plain read, GVL held (the handle); `name` is
+    // NUL-terminated; the global holds the value.
+    unsafe { value(rb_sys::rb_gv_get(name.as_ptr())) }
 }
 
 /// Empties a thread's `thread_variable_set` storage (the hash Ruby keeps in
 /// the thread's hidden `locals` ivar), if it has any.
-pub fn clear_thread_variables(thread: VALUE) {
-    // SAFETY: reading an ivar of a live thread; rb_ivar_get returns nil for
+pub fn clear_thread_variables(thread: Value) {
+    let id = name!(c"locals").id(&Ruby::get_with(thread));
+    // SAFETY: reading an ivar of a live object; rb_ivar_get returns nil for
     // an unset one. rb_hash_clear on an unfrozen Hash does not raise, and
     // a frozen one is left alone.
     unsafe {
-        let locals = rb_sys::rb_ivar_get(thread, name!(c"locals").id());
+        let locals = rb_sys::rb_ivar_get(thread.as_raw(), id);
         if !special_const(locals)
             && rb_sys::RB_BUILTIN_TYPE(locals) == ruby_value_type::RUBY_T_HASH
             && rb_sys::rb_obj_frozen_p(locals) == rb_sys::special_consts::Qfalse as VALUE
@@ -300,7 +370,7 @@ pub fn clear_thread_variables(thread: VALUE) {
 /// allocation and no method call, so a worker pays next to nothing for it
 /// when a block set none. (`rb_ivar_count` also counts `locals`, and on
 /// 3.3 keeps counting a removed ivar.)
-pub fn has_user_ivars(thread: VALUE) -> bool {
+pub fn has_user_ivars(thread: Value) -> bool {
     unsafe extern "C" fn find(id: rb_sys::ID, _val: VALUE, arg: rb_sys::st_data_t) -> c_int {
         // SAFETY: `arg` is the `bool` below, alive for the whole foreach;
         // rb_id2name returns a NUL-terminated name or NULL.
@@ -318,7 +388,7 @@ pub fn has_user_ivars(thread: VALUE) -> bool {
     // allocates nor calls Ruby.
     unsafe {
         rb_sys::rb_ivar_foreach(
-            thread,
+            thread.as_raw(),
             Some(find),
             &mut found as *mut bool as rb_sys::st_data_t,
         )
@@ -328,7 +398,8 @@ pub fn has_user_ivars(thread: VALUE) -> bool {
 
 /// Removes the thread's instance variables (`@name`s) through the C API,
 /// so that no method a block overrode on it runs.
-pub fn remove_ivars(thread: VALUE) -> Result<(), Error> {
+pub fn remove_ivars(thread: Value) -> Result<(), Error> {
+    let thread = thread.as_raw();
     // SAFETY: both calls take a live object; they raise FrozenError on a
     // frozen one (caught by protect). The Array stays on this stack.
     protect(|| unsafe {
@@ -341,33 +412,52 @@ pub fn remove_ivars(thread: VALUE) -> Result<(), Error> {
     Ok(())
 }
 
+/// An object's class word, to compare only (never read through).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct ClassWord(VALUE);
+
 /// `v`'s class word: its class, or its singleton class once it has one
-/// (singleton methods, `extend`).
-pub fn class_word(v: VALUE) -> VALUE {
-    // SAFETY: `v` is a live heap object (a Thread); reads its class word.
-    unsafe { (*(v as *const rb_sys::RBasic)).klass }
+/// (singleton methods, `extend`); nil's for a special constant.
+pub fn class_word(v: Value) -> ClassWord {
+    let obj = v.as_raw();
+    if special_const(obj) {
+        return ClassWord(QNIL);
+    }
+    // SAFETY: a live heap object (a Value, not a special constant): its
+    // header can be read.
+    ClassWord(unsafe { (*(obj as *const rb_sys::RBasic)).klass })
 }
 
 /// Keeps `v` (and what its mark function marks) alive for the life of the
 /// process.
-pub fn register_mark_object(v: VALUE) {
-    // SAFETY: `v` is a live object created at load time.
-    unsafe { rb_sys::rb_gc_register_mark_object(v) }
+pub fn register_mark_object(v: Value) {
+    // SAFETY: a live object (a Value), GVL held.
+    unsafe { rb_sys::rb_gc_register_mark_object(v.as_raw()) }
 }
 
 /// `rb_thread_wakeup_alive`: makes a sleeping thread runnable; false if
-/// the thread is dead.
-pub fn wakeup_thread(thread: VALUE) -> bool {
-    // SAFETY: does not raise; returns nil for a dead thread.
-    unsafe { rb_sys::rb_thread_wakeup_alive(thread) != QNIL }
+/// the thread is dead, or `thread` is not a Thread.
+pub fn wakeup_thread(thread: Value) -> bool {
+    let t = thread.as_raw();
+    // SAFETY: GVL held (a Value); rb_obj_is_kind_of neither raises nor
+    // calls Ruby, and rb_thread_wakeup_alive, given a Thread (a T_DATA of
+    // Thread's type, as every instance of Thread and its subclasses is),
+    // does not raise: it returns nil for a dead one.
+    unsafe {
+        rb_sys::rb_obj_is_kind_of(t, rb_sys::rb_cThread) != rb_sys::special_consts::Qfalse as VALUE
+            && rb_sys::rb_thread_wakeup_alive(t) != QNIL
+    }
 }
 
 /// `rb_make_exception`: what Kernel#raise / Thread#raise build from their
 /// arguments, with the same errors.
-pub fn make_exception(args: &[VALUE]) -> Result<VALUE, Error> {
+pub fn make_exception(_: &Ruby, args: &[Value]) -> Result<Value, Error> {
     // SAFETY: may raise (TypeError, ArgumentError); caught by protect.
-    // `args` outlives the call.
-    protect(|| unsafe { rb_sys::rb_make_exception(args.len() as _, args.as_ptr()) })
+    // `args` outlives the call (Value is a transparent VALUE).
+    let e =
+        protect(|| unsafe { rb_sys::rb_make_exception(args.len() as _, args.as_ptr().cast()) })?;
+    // SAFETY: the new exception (or nil), alive on this stack.
+    Ok(unsafe { value(e) })
 }
 
 /// A C block for [`handle_interrupt`]: `rb_block_call_func`.
@@ -376,7 +466,12 @@ pub(super) type BlockFn =
 
 /// `Thread.handle_interrupt(Object => mask) { block(data) }`, protected:
 /// leaving it runs the interrupts it deferred, which may raise or jump.
-pub(super) fn handle_interrupt(mask: &CStr, block: BlockFn, data: VALUE) -> Result<VALUE, Error> {
+pub(super) fn handle_interrupt(
+    ruby: &Ruby,
+    mask: &CStr,
+    block: BlockFn,
+    data: VALUE,
+) -> Result<VALUE, Error> {
     // SAFETY: builds `{Object => :mask}` and calls Thread.handle_interrupt
     // with a C block; the caller keeps whatever `data` points to alive for
     // the call. Everything may raise or jump: caught by protect.
@@ -386,7 +481,7 @@ pub(super) fn handle_interrupt(mask: &CStr, block: BlockFn, data: VALUE) -> Resu
         rb_sys::rb_hash_aset(h, rb_sys::rb_cObject, sym);
         rb_sys::rb_block_call(
             rb_sys::rb_cThread,
-            name!(c"handle_interrupt").id(),
+            name!(c"handle_interrupt").id(ruby),
             1,
             &h,
             Some(block),

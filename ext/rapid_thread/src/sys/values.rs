@@ -2,11 +2,12 @@
 
 use std::cell::{Cell, UnsafeCell};
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 
 use magnus::gc::{Compactor, Marker};
+use magnus::prelude::*;
 use magnus::rb_sys::{protect, AsRawValue, FromRawValue};
-use magnus::{Error, TypedData, Value};
+use magnus::{Error, RArray, RClass, Ruby, TypedData, Value};
 use rb_sys::{ruby_value_type, VALUE};
 
 // ---------------------------------------------------------------------------
@@ -83,15 +84,16 @@ fn abort_with(what: &str) -> ! {
 }
 
 /// A `static` [`GvlCell`]: shared by every thread of the process, so each
-/// `with` checks that the caller holds the GVL (`ruby_thread_has_gvl_p`,
-/// false on a thread Ruby does not know and inside a blocking region) and
-/// aborts otherwise. Only the main Ractor reaches these: the methods that
-/// do are not Ractor-safe.
+/// `with` checks that the caller holds the main Ractor's GVL
+/// (`ruby_thread_has_gvl_p`, false on a thread Ruby does not know and
+/// inside a blocking region; then [`in_main_ractor`]) and aborts
+/// otherwise. (The methods that reach one are not Ractor-safe, so other
+/// Ractors cannot call them: the check is for the code, not for users.)
 pub struct GvlStatic<T>(GvlCell<T>);
 
 // SAFETY: every access goes through `GvlStatic::with`, which aborts unless
-// the caller holds the GVL; holders of the GVL run one at a time, and the
-// `GvlCell` inside refuses re-entry by the holder itself.
+// the caller holds the main Ractor's GVL; its holders run one at a time,
+// and the `GvlCell` inside refuses re-entry by the holder itself.
 unsafe impl<T: Send> Sync for GvlStatic<T> {}
 
 extern "C" {
@@ -122,12 +124,20 @@ impl<T> GvlStatic<T> {
         &self.0
     }
 
+    /// A handle to Ruby's API, once the main Ractor's GVL has been checked
+    /// (as `cell` does): for code that reaches the state without one.
+    pub fn ruby(&self) -> Ruby {
+        self.cell();
+        // SAFETY: checked just now: a Ruby thread holding the GVL.
+        unsafe { Ruby::get_unchecked() }
+    }
+
     /// The cell, for the helpers that take one (`wait::enlisted`,
     /// `wait::wake_*`), once the GVL has been checked.
     #[inline]
     pub fn cell(&self) -> &GvlCell<T> {
         // SAFETY: a plain query of the current native thread's state.
-        if unsafe { ruby_thread_has_gvl_p() } == 0 {
+        if unsafe { ruby_thread_has_gvl_p() } == 0 || !in_main_ractor() {
             without_the_gvl();
         }
         &self.0
@@ -137,7 +147,39 @@ impl<T> GvlStatic<T> {
 #[cold]
 #[inline(never)]
 fn without_the_gvl() -> ! {
-    abort_with("process-wide state touched without the GVL")
+    abort_with("process-wide state touched without the main Ractor's GVL")
+}
+
+/// A Ractor-local slot (`rb_ractor_local_storage_ptr`) that only the main
+/// Ractor fills, with the address of `MAIN_MARK`, at load time
+/// ([`mark_main_ractor`]): reading it back proves the main Ractor. In the
+/// main Ractor the read is a cached load (ractor.c's `main_cache`).
+static MAIN_RACTOR_KEY: AtomicPtr<rb_sys::rb_ractor_local_key_struct> =
+    AtomicPtr::new(std::ptr::null_mut());
+static MAIN_MARK: u8 = 0;
+
+/// Fills the main Ractor's slot (see `MAIN_RACTOR_KEY`). An extension
+/// loads in the main Ractor (`require` runs there only): called from init.
+pub fn mark_main_ractor(_: &Ruby) {
+    let mark = &MAIN_MARK as *const u8 as *mut std::ffi::c_void;
+    // SAFETY: GVL held (the handle), in the main Ractor (see above); a key
+    // with no type (nothing to mark or free), made once for the process.
+    unsafe {
+        let key = rb_sys::rb_ractor_local_storage_ptr_newkey(std::ptr::null());
+        rb_sys::rb_ractor_local_storage_ptr_set(key, mark);
+        MAIN_RACTOR_KEY.store(key, Ordering::Release);
+    }
+}
+
+/// Whether the calling Ruby thread, which holds its Ractor's GVL, belongs
+/// to the main Ractor.
+fn in_main_ractor() -> bool {
+    let key = MAIN_RACTOR_KEY.load(Ordering::Acquire);
+    // SAFETY: a key made by mark_main_ractor; reading a Ractor-local slot
+    // on a Ruby thread holding the GVL (the caller checked) does not raise.
+    !key.is_null()
+        && unsafe { rb_sys::rb_ractor_local_storage_ptr(key) }.cast_const()
+            == (&MAIN_MARK as *const u8).cast()
 }
 
 // ---------------------------------------------------------------------------
@@ -149,11 +191,58 @@ pub fn raw(v: Value) -> VALUE {
     v.as_raw()
 }
 
+/// A `Value` from a VALUE that Ruby handed this module.
+///
+/// # Safety
+/// `v` is a special constant or a live object (on the stack, marked, or
+/// held by Ruby), and the caller is a Ruby thread holding the GVL (a
+/// `Value` proves both to the code it reaches: magnus's model).
 #[inline(always)]
-pub fn value(v: VALUE) -> Value {
-    // SAFETY: callers only pass VALUEs that Ruby handed us and that are kept
-    // alive (marked, on the stack, or held by Ruby).
+pub(super) unsafe fn value(v: VALUE) -> Value {
+    // SAFETY: the caller's promise.
     unsafe { Value::from_raw(v) }
+}
+
+/// A VALUE kept in Rust memory (a queue's items, a task's block): a plain
+/// word, `Send` as the objects that own it must be, that gives its `Value`
+/// back only for a [`Ruby`] handle, the proof of a Ruby thread with the
+/// GVL (magnus's `Opaque`). Keeping it alive is the owner's part: its
+/// `mark` marks it (`mark_movable`) and its `compact` updates it
+/// (`gc_location`), as for every VALUE held by Rust.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[repr(transparent)]
+pub struct Held(VALUE);
+
+impl Held {
+    pub const NIL: Held = Held(QNIL);
+
+    #[inline(always)]
+    pub fn new(v: Value) -> Held {
+        Held(v.as_raw())
+    }
+
+    #[inline(always)]
+    pub fn get(self, _: &Ruby) -> Value {
+        // SAFETY: a Held is made only from a Value, and its owner keeps it
+        // alive (marked) while it holds it; the handle proves the GVL.
+        unsafe { value(self.0) }
+    }
+
+    pub fn is_nil(self) -> bool {
+        self.0 == QNIL
+    }
+
+    /// The word itself, for comparisons and the GC (sys only).
+    #[inline(always)]
+    pub(super) fn raw(self) -> VALUE {
+        self.0
+    }
+}
+
+/// `nil` as a Value.
+#[inline(always)]
+pub fn nil(ruby: &Ruby) -> Value {
+    ruby.qnil().as_value()
 }
 
 /// The header flag a closed queue carries (`FL_USER5`, thread_sync.c's
@@ -168,13 +257,21 @@ pub fn closed_flag(v: Value) -> bool {
 
 /// Sets [`closed_flag`] on `v` if it is one of the extension's own `T`
 /// objects, whose header's user flags are the extension's; on any other
-/// object the bit may mean something to Ruby, so it is left alone.
+/// object the bit may mean something to Ruby, so it is left alone. Not on
+/// a shareable object (a RactorQueue): another Ractor may write its
+/// header meanwhile, and only a Ractor's own objects are behind its GVL.
 pub fn set_closed_flag<T: TypedData>(v: Value) {
     if typed_ref::<T>(&v).is_some() {
-        // SAFETY: `v` is a live heap object (a T_DATA of type `T`); the
-        // GVL is held (a method body), so nobody else writes the header
-        // now. A flag is not a reference: no write barrier.
-        unsafe { (*(v.as_raw() as *mut rb_sys::RBasic)).flags |= CLOSED_FLAG }
+        let obj = v.as_raw() as *mut rb_sys::RBasic;
+        // SAFETY: `v` is a live heap object (a T_DATA of type `T`), so its
+        // header can be read.
+        if unsafe { (*obj).flags } & (rb_sys::ruby_fl_type::RUBY_FL_SHAREABLE as VALUE) != 0 {
+            return;
+        }
+        // SAFETY: as above; not shareable, so only this Ractor reaches it,
+        // and the GVL (a Value proves it) keeps its other threads out. A
+        // flag is not a reference: no write barrier.
+        unsafe { (*obj).flags |= CLOSED_FLAG }
     }
 }
 
@@ -182,26 +279,26 @@ const CLOSED_FLAG: VALUE = rb_sys::ruby_fl_type::RUBY_FL_USER5 as VALUE;
 
 /// `true` / `false` as a Value (special constants: nothing to keep alive).
 #[inline(always)]
-pub fn bool_value(b: bool) -> Value {
+pub fn bool_value(_: &Ruby, b: bool) -> Value {
     let v = if b {
         rb_sys::special_consts::Qtrue
     } else {
         rb_sys::special_consts::Qfalse
     };
-    value(v as VALUE)
+    // SAFETY: a special constant; the handle proves the GVL.
+    unsafe { value(v as VALUE) }
 }
 
 /// `n` as a Fixnum Value, or None when it does not fit one (Ruby's
 /// `LONG2FIX` range).
 #[inline(always)]
-pub fn fixnum_value(n: usize) -> Option<Value> {
+pub fn fixnum_value(_: &Ruby, n: usize) -> Option<Value> {
     // FIXNUM_MAX is a positive c_long: it fits a u64 on every platform.
     if n as u64 > rb_sys::FIXNUM_MAX as u64 {
         return None;
     }
-    Some(value(
-        ((n as VALUE) << 1) | rb_sys::special_consts::FIXNUM_FLAG as VALUE,
-    ))
+    // SAFETY: a Fixnum, a special constant; the handle proves the GVL.
+    Some(unsafe { value(((n as VALUE) << 1) | rb_sys::special_consts::FIXNUM_FLAG as VALUE) })
 }
 
 #[inline(always)]
@@ -220,6 +317,8 @@ pub const fn fixnum(i: i32) -> VALUE {
 
 /// Returns the Rust struct wrapped by `v` when `v` is an RTypedData object of
 /// type `T`, without magnus' `rb_protect`-wrapped `rb_check_typeddata`.
+/// The reference lives as long as the borrow of `v`, a Value on the
+/// caller's stack (where the GC sees it) or one Ruby holds.
 ///
 /// The check is the same as Ruby's `rb_typeddata_is_kind_of` for types
 /// without a parent: not a special constant, T_DATA, typed, and the type
@@ -250,22 +349,25 @@ pub fn typed_ref<T: TypedData>(v: &Value) -> Option<&T> {
     }
 }
 
-/// [`typed_ref`] for a VALUE held elsewhere (a task in the thread cache's
-/// queue). The caller keeps `obj` alive (marked or on the stack) while it
-/// uses the reference.
+/// [`typed_ref`] for an object kept in Rust memory (its owner marks it),
+/// for as long as the [`Held`] is borrowed; the handle proves the GVL.
 #[inline(always)]
-pub fn typed_ref_raw<'a, T: TypedData>(obj: VALUE) -> Option<&'a T> {
-    let v = value(obj);
-    // SAFETY: the object outlives `'a` by the caller's contract; typed_ref
-    // only ties the borrow to the local `v`.
+pub fn typed_ref_held<'a, T: TypedData>(ruby: &Ruby, h: &'a Held) -> Option<&'a T> {
+    let v = h.get(ruby);
+    // SAFETY: the object is alive while its owner holds `h` (marked; a
+    // copy of `h` on a stack is seen there by the GC), and the Rust
+    // struct behind a T_DATA does not move with its object: the borrow may
+    // outlive the local `v` and last as long as that of `h`.
     typed_ref::<T>(&v).map(|r| unsafe { &*(r as *const T) })
 }
 
 /// The write barrier for storing `child` into the object `parent`.
 #[inline(always)]
-pub fn write_barrier(parent: VALUE, child: VALUE) {
-    if !special_const(child) {
-        // SAFETY: both are live VALUEs and we hold the GVL.
+pub fn write_barrier(parent: Value, child: Held) {
+    let (parent, child) = (parent.as_raw(), child.raw());
+    if !special_const(child) && !special_const(parent) {
+        // SAFETY: both are live heap objects (a Value and a Held made from
+        // one), and the GVL is held (the Value proves it).
         unsafe { rb_sys::rb_gc_writebarrier(parent, child) }
     }
 }
@@ -273,10 +375,10 @@ pub fn write_barrier(parent: VALUE, child: VALUE) {
 /// Marks `v` for the GC, allowing compaction to move it. The `Marker`
 /// (which only a dmark callback is given) proves where it is called from.
 #[inline(always)]
-pub fn mark_movable(_: &Marker, v: VALUE) {
+pub fn mark_movable(_: &Marker, v: Held) {
     // SAFETY: inside a dmark callback (the Marker), with a VALUE the
     // object holds.
-    unsafe { rb_sys::rb_gc_mark_movable(v) }
+    unsafe { rb_sys::rb_gc_mark_movable(v.raw()) }
 }
 
 /// Marks the VALUEs `values` hands its visitor from `cell`'s contents. Marking also
@@ -288,7 +390,7 @@ pub fn mark_movable(_: &Marker, v: VALUE) {
 pub fn mark_from<T>(
     m: &Marker,
     cell: &GvlCell<T>,
-    values: impl FnOnce(&mut T, &mut dyn FnMut(VALUE)),
+    values: impl FnOnce(&mut T, &mut dyn FnMut(Held)),
 ) {
     // SAFETY: reads the GC's own flag; the GVL is held (a mark callback).
     if unsafe { rb_sys::rb_during_gc() } != 0 {
@@ -303,15 +405,15 @@ pub fn mark_from<T>(
 /// The new address of `v` after compaction. The `Compactor` (which only a
 /// dcompact callback is given) proves where it is called from.
 #[inline(always)]
-pub fn gc_location(_: &Compactor, v: VALUE) -> VALUE {
+pub fn gc_location(_: &Compactor, v: Held) -> Held {
     // SAFETY: inside a dcompact callback (the Compactor), with a VALUE the
     // object marked.
-    unsafe { rb_sys::rb_gc_location(v) }
+    Held(unsafe { rb_sys::rb_gc_location(v.raw()) })
 }
 
 /// `rb_convert_type(v, T_ARRAY, "Array", "to_a")`, exactly what stock's
 /// `rb_to_array` does in `Queue#initialize`, so errors match.
-pub fn to_array(v: Value) -> Result<Value, Error> {
+pub fn to_array(v: Value) -> Result<RArray, Error> {
     let obj = v.as_raw();
     // SAFETY: rb_convert_type may raise; `protect` catches the longjmp.
     let r = protect(|| unsafe {
@@ -322,49 +424,82 @@ pub fn to_array(v: Value) -> Result<Value, Error> {
             c"to_a".as_ptr(),
         )
     })?;
-    Ok(value(r))
+    // SAFETY: rb_convert_type returned a live T_ARRAY.
+    Ok(unsafe { array(r) })
+}
+
+/// An Array Ruby handed this module, as magnus's type.
+///
+/// # Safety
+/// As [`value`], and `a` is an Array.
+unsafe fn array(a: VALUE) -> RArray {
+    // SAFETY: the caller's promise.
+    let v = unsafe { value(a) };
+    RArray::from_value(v).expect("an Array")
 }
 
 /// Copies the elements of a Ruby Array into `out`.
-pub fn array_values(ary: Value, out: &mut Vec<VALUE>) {
+pub fn array_values(ary: RArray, out: &mut Vec<Held>) {
     let a = ary.as_raw();
-    // SAFETY: `ary` is a T_ARRAY (checked by rb_convert_type); we read its
-    // elements with rb_ary_entry, which neither allocates nor raises.
+    // SAFETY: `ary` is a T_ARRAY (its type says so); we read its elements
+    // with rb_ary_entry, which neither allocates nor raises.
     unsafe {
         let len = rb_sys::RARRAY_LEN(a);
         out.reserve(len as usize);
         for i in 0..len {
-            out.push(rb_sys::rb_ary_entry(a, i));
+            out.push(Held(rb_sys::rb_ary_entry(a, i)));
         }
     }
 }
 
-/// A new, empty Array with room for `capa` elements.
-pub fn ary_new_capa(capa: usize) -> Result<VALUE, Error> {
-    // SAFETY: allocates; may raise NoMemoryError, caught by protect.
-    protect(|| unsafe { rb_sys::rb_ary_new_capa(capa as _) })
+/// A new, empty Array that Ruby code has not seen yet, with room for
+/// `room` more elements: appending up to that many allocates nothing and
+/// cannot raise (`ary_take_front`), so items can move into it inside a
+/// `GvlCell::with`, where no GC may run.
+pub struct FreshArray {
+    ary: RArray,
+    room: usize,
 }
 
-/// Moves the first `k` items of `items` (at most all of them) to the end
-/// of `ary`, a new Array made by `ary_new_capa` with room for them. Returns
-/// how many moved.
+impl FreshArray {
+    pub fn new(_: &Ruby, capa: usize) -> Result<FreshArray, Error> {
+        // SAFETY: GVL held (the handle); allocates; may raise NoMemoryError, caught by protect.
+        let a = protect(|| unsafe { rb_sys::rb_ary_new_capa(capa as _) })?;
+        Ok(FreshArray {
+            // SAFETY: rb_ary_new_capa returned a live T_ARRAY.
+            ary: unsafe { array(a) },
+            room: capa,
+        })
+    }
+
+    /// The Array, for Ruby code.
+    pub fn into_array(self) -> RArray {
+        self.ary
+    }
+}
+
+/// Moves the first `k` items of `items` (at most all of them, and at most
+/// the room `ary` has left) to the end of `ary`. Returns how many moved.
 ///
 /// With the room already there, appending allocates nothing, so no GC can
 /// run between an item leaving `items` (where the owner's mark function
 /// sees it) and its arrival in `ary`.
-pub fn ary_take_front(ary: VALUE, items: &mut VecDeque<VALUE>, k: usize) -> usize {
-    let k = k.min(items.len());
+pub fn ary_take_front(ary: &mut FreshArray, items: &mut VecDeque<Held>, k: usize) -> usize {
+    let k = k.min(items.len()).min(ary.room);
     let (front, back) = items.as_slices();
     let from_front = k.min(front.len());
-    // SAFETY: `ary` is a fresh, unfrozen, unshared Array with capacity for
-    // `k` more elements (contract above), so rb_ary_cat neither allocates
-    // nor raises; the slices are live VALUEs held by the caller's object.
+    let a = ary.ary.as_raw();
+    // SAFETY: `ary` is a fresh, unfrozen, unshared Array with room for `k`
+    // more elements (FreshArray), so rb_ary_cat neither allocates nor
+    // raises; the slices are live VALUEs held by the caller's object (Held
+    // is a transparent VALUE).
     unsafe {
-        rb_sys::rb_ary_cat(ary, front.as_ptr(), from_front as _);
+        rb_sys::rb_ary_cat(a, front.as_ptr().cast(), from_front as _);
         if k > from_front {
-            rb_sys::rb_ary_cat(ary, back.as_ptr(), (k - from_front) as _);
+            rb_sys::rb_ary_cat(a, back.as_ptr().cast(), (k - from_front) as _);
         }
     }
+    ary.room -= k;
     items.drain(..k);
     k
 }
@@ -374,69 +509,89 @@ pub fn ary_take_front(ary: VALUE, items: &mut VecDeque<VALUE>, k: usize) -> usiz
 /// user's changes to `ary` nor objects the GC freed or moved (the copy
 /// marks its elements and compaction updates its slots). The caller keeps
 /// the copy on its stack (`gc_guard`) while it uses it.
-pub fn ary_private_copy(ary: Value) -> Result<VALUE, Error> {
+pub fn ary_private_copy(ary: RArray) -> Result<RArray, Error> {
     let a = ary.as_raw();
     // SAFETY: `ary` is a T_ARRAY; rb_ary_dup allocates (may raise
     // NoMemoryError, caught by protect); rb_obj_hide only clears the class.
-    protect(|| unsafe {
+    let copy = protect(|| unsafe {
         let copy = rb_sys::rb_ary_dup(a);
         rb_sys::rb_obj_hide(copy);
         copy
-    })
+    })?;
+    // SAFETY: rb_ary_dup returned a live T_ARRAY.
+    Ok(unsafe { array(copy) })
 }
 
 /// The length of an Array.
-pub fn ary_len(ary: VALUE) -> usize {
-    // SAFETY: `ary` is a live T_ARRAY.
-    unsafe { rb_sys::RARRAY_LEN(ary) as usize }
+pub fn ary_len(ary: RArray) -> usize {
+    // SAFETY: `ary` is a live T_ARRAY (its type says so).
+    unsafe { rb_sys::RARRAY_LEN(ary.as_raw()) as usize }
 }
 
 /// `ary[i]`; neither allocates nor raises.
-pub fn ary_entry(ary: VALUE, i: usize) -> VALUE {
-    // SAFETY: `ary` is a live T_ARRAY; rb_ary_entry bounds-checks.
-    unsafe { rb_sys::rb_ary_entry(ary, i as _) }
+pub fn ary_entry(ary: RArray, i: usize) -> Value {
+    // SAFETY: `ary` is a live T_ARRAY; rb_ary_entry bounds-checks, and the
+    // element is alive while the Array holds it.
+    unsafe { value(rb_sys::rb_ary_entry(ary.as_raw(), i as _)) }
 }
 
 /// Appends `ary[from, k]` to `items` in one copy. Neither allocates in
 /// Ruby nor calls Ruby code, so the elements cannot change or move
-/// meanwhile; `ary` must have at least `from + k` elements.
-pub fn ary_extend_from(ary: VALUE, from: usize, k: usize, items: &mut VecDeque<VALUE>) {
-    items.extend(ary_slice(ary, from, k));
+/// meanwhile; panics past the end of `ary`.
+pub fn ary_extend_from(ary: RArray, from: usize, k: usize, items: &mut VecDeque<Held>) {
+    // SAFETY: extending a VecDeque calls no Ruby.
+    unsafe { with_ary_slice(ary, from, k, |s| items.extend(s.iter().map(|&v| Held(v)))) };
 }
 
-/// `ary[from, k]` as a slice, for use before any Ruby call or allocation
-/// (see `ary_extend_from`); panics, not reads out of bounds, past the end.
-fn ary_slice<'a>(ary: VALUE, from: usize, k: usize) -> &'a [VALUE] {
+/// Runs `f` on `ary[from, k]` as a slice (panics, not reads out of
+/// bounds, past the end).
+///
+/// # Safety
+/// `f` calls no Ruby and does not allocate in Ruby: either could change
+/// or move the elements under the slice.
+unsafe fn with_ary_slice<R>(
+    ary: RArray,
+    from: usize,
+    k: usize,
+    f: impl FnOnce(&[VALUE]) -> R,
+) -> R {
+    let a = ary.as_raw();
     // SAFETY: `ary` is a live T_ARRAY; the slice covers its current
-    // elements and is used before anything can change or move them.
-    let all = unsafe { std::slice::from_raw_parts(rb_sys::RARRAY_CONST_PTR(ary), ary_len(ary)) };
-    &all[from..from + k]
+    // elements and lives only for `f`, which calls no Ruby (the caller's
+    // promise).
+    let all = unsafe { std::slice::from_raw_parts(rb_sys::RARRAY_CONST_PTR(a), ary_len(ary)) };
+    f(&all[from..from + k])
 }
 
 /// The write barrier for storing `ary[from, k]` into `parent` (after
-/// `ary_extend_from`; same contract).
-pub fn write_barrier_from(parent: VALUE, ary: VALUE, from: usize, k: usize) {
-    ary_slice(ary, from, k)
-        .iter()
-        .for_each(|&v| write_barrier(parent, v));
+/// `ary_extend_from`).
+pub fn write_barrier_from(parent: Value, ary: RArray, from: usize, k: usize) {
+    // SAFETY: a write barrier neither calls Ruby code nor allocates.
+    unsafe {
+        with_ary_slice(ary, from, k, |s| {
+            s.iter().for_each(|&v| write_barrier(parent, Held(v)))
+        })
+    };
 }
 
 /// Puts the elements of `ary` back at the front of `items`, in order (a
 /// batch taken by `ary_take_front` that could not be handed out).
-pub fn ary_put_back_front(ary: VALUE, items: &mut VecDeque<VALUE>) {
+pub fn ary_put_back_front(ary: RArray, items: &mut VecDeque<Held>) {
     for i in (0..ary_len(ary)).rev() {
-        items.push_front(ary_entry(ary, i));
+        items.push_front(Held::new(ary_entry(ary, i)));
     }
 }
 
 /// `[a, b]`, a new two-element Array. `b` may live only in this frame
 /// (an item just taken off a queue): it is kept here while Ruby allocates.
-pub fn pair(a: VALUE, b: VALUE) -> Result<VALUE, Error> {
+pub fn pair(a: Value, b: Value) -> Result<Value, Error> {
+    let (ra, rb) = (a.as_raw(), b.as_raw());
     // SAFETY: allocates; may raise NoMemoryError, caught by protect.
-    let r = protect(|| unsafe { rb_sys::rb_assoc_new(a, b) });
-    super::gc_guard(a);
-    super::gc_guard(b);
-    r
+    let r = protect(|| unsafe { rb_sys::rb_assoc_new(ra, rb) });
+    super::gc_guard(ra);
+    super::gc_guard(rb);
+    // SAFETY: rb_assoc_new returned a live Array.
+    r.map(|r| unsafe { value(r) })
 }
 
 // ---------------------------------------------------------------------------
@@ -471,7 +626,8 @@ pub fn fork_generation() -> u64 {
 }
 
 /// `rb_num2dbl`, with Ruby's own TypeError for non-numeric values.
-pub fn num2dbl(v: VALUE) -> Result<f64, Error> {
+pub fn num2dbl(v: Value) -> Result<f64, Error> {
+    let v = v.as_raw();
     let mut out = 0.0f64;
     let out_ptr = &mut out as *mut f64;
     // SAFETY: rb_num2dbl may raise; protect catches it. `out` outlives the
@@ -484,8 +640,9 @@ pub fn num2dbl(v: VALUE) -> Result<f64, Error> {
 }
 
 /// `rb_undef_method(klass, name)` (stock undefines `initialize_copy`).
-pub fn undef_method(class: Value, name: &std::ffi::CStr) {
-    // SAFETY: called at load time on a class we just defined.
+pub fn undef_method(class: RClass, name: &std::ffi::CStr) {
+    // SAFETY: a live class (its type says so), GVL held (a Value proves
+    // it); undefining a name on a class does not raise.
     unsafe { rb_sys::rb_undef_method(class.as_raw(), name.as_ptr()) }
 }
 
@@ -500,38 +657,124 @@ pub type RawMethod1 = unsafe extern "C" fn(Value, Value) -> Value;
 /// A method body with arity -1 (`argc, argv, self`).
 pub type RawMethodV = unsafe extern "C" fn(std::os::raw::c_int, *const Value, Value) -> Value;
 
-/// Calls a `magnus::method!`-generated wrapper. Those wrappers catch
-/// panics and raise errors themselves, so calling them is as safe as Ruby
-/// calling them; hot paths use this to fall back to the full method.
-#[inline(always)]
-pub fn call_method1(f: RawMethod1, rb_self: Value, a: Value) -> Value {
-    // SAFETY: `f` is a magnus wrapper expecting exactly these arguments,
-    // called on a Ruby thread with the GVL held, as Ruby would call it.
-    unsafe { f(rb_self, a) }
+/// A method with a hot path, registered as [`entry0`]`::<M>`: `fast`
+/// answers a call in place, or None for anything else (a wrong receiver,
+/// an error to raise, a wait), which the full method `SLOW`, a
+/// `magnus::method!` wrapper, then answers. The hot path skips magnus's
+/// receiver conversion and argument parsing (docs/design-details.md,
+/// "Per call"); `fast` runs inside `catch_unwind`, and a panic takes the
+/// full method too.
+pub trait FastMethod0 {
+    const SLOW: RawMethod0;
+    fn fast(ruby: &Ruby, rb_self: Value) -> Option<Value>;
 }
 
-/// As [`call_method1`] for arity 0 wrappers.
-#[inline(always)]
-pub fn call_method0(f: RawMethod0, rb_self: Value) -> Value {
-    // SAFETY: as for call_method1.
+/// [`FastMethod0`] for arity 1, registered as [`entry1`]`::<M>`.
+pub trait FastMethod1 {
+    const SLOW: RawMethod1;
+    fn fast(ruby: &Ruby, rb_self: Value, arg: Value) -> Option<Value>;
+}
+
+/// [`FastMethod0`] for arity -1, registered as [`entry_v`]`::<M>`.
+pub trait FastMethodV {
+    const SLOW: RawMethodV;
+    fn fast(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Option<Value>;
+}
+
+/// The method body Ruby calls for a [`FastMethod0`].
+///
+/// # Safety
+/// Called by Ruby as a method body of arity 0 (on a Ruby thread holding
+/// the GVL), as `rb_define_method` registers it.
+pub unsafe extern "C" fn entry0<M: FastMethod0>(rb_self: Value) -> Value {
+    let ruby = Ruby::get_with(rb_self);
+    let fast = std::panic::catch_unwind(|| M::fast(&ruby, rb_self));
+    match fast.ok().flatten() {
+        Some(v) => v,
+        // SAFETY: `SLOW` is called as Ruby would call it had it been
+        // registered itself (which magnus's safe `define_method` allows for
+        // any such function): the same receiver, on this Ruby thread with
+        // the GVL, from a frame that owns nothing a raise would skip (the
+        // panic's payload, if any, is dropped already).
+        None => unsafe { slow0(M::SLOW, rb_self) },
+    }
+}
+
+/// The method body Ruby calls for a [`FastMethod1`].
+///
+/// # Safety
+/// As [`entry0`], for arity 1.
+pub unsafe extern "C" fn entry1<M: FastMethod1>(rb_self: Value, arg: Value) -> Value {
+    let ruby = Ruby::get_with(rb_self);
+    let fast = std::panic::catch_unwind(|| M::fast(&ruby, rb_self, arg));
+    match fast.ok().flatten() {
+        Some(v) => v,
+        // SAFETY: as in entry0, with the same argument.
+        None => unsafe { slow1(M::SLOW, rb_self, arg) },
+    }
+}
+
+/// The method body Ruby calls for a [`FastMethodV`].
+///
+/// # Safety
+/// As [`entry0`], for arity -1: `argv` points at `argc` live VALUEs.
+pub unsafe extern "C" fn entry_v<M: FastMethodV>(
+    argc: std::os::raw::c_int,
+    argv: *const Value,
+    rb_self: Value,
+) -> Value {
+    let ruby = Ruby::get_with(rb_self);
+    let args: &[Value] = match argc {
+        0 => &[],
+        // SAFETY: Ruby passes `argc` live VALUEs at `argv` for the call.
+        n => unsafe { std::slice::from_raw_parts(argv, n as usize) },
+    };
+    let fast = std::panic::catch_unwind(|| M::fast(&ruby, rb_self, args));
+    match fast.ok().flatten() {
+        Some(v) => v,
+        // SAFETY: as in entry0, with Ruby's own `argc` and `argv`.
+        None => unsafe { slow_v(M::SLOW, argc, argv, rb_self) },
+    }
+}
+
+// The full methods, called out of line: the hot paths stay small.
+
+/// # Safety
+/// As `f`'s own: called as Ruby would call a method body (see `entry0`).
+#[cold]
+#[inline(never)]
+unsafe fn slow0(f: RawMethod0, rb_self: Value) -> Value {
+    // SAFETY: the caller's promise.
     unsafe { f(rb_self) }
 }
 
-/// As [`call_method1`] for arity -1 wrappers.
-#[inline(always)]
-pub fn call_method_v(
+/// # Safety
+/// As [`slow0`].
+#[cold]
+#[inline(never)]
+unsafe fn slow1(f: RawMethod1, rb_self: Value, arg: Value) -> Value {
+    // SAFETY: the caller's promise.
+    unsafe { f(rb_self, arg) }
+}
+
+/// # Safety
+/// As [`slow0`]; `argv` points at `argc` live VALUEs.
+#[cold]
+#[inline(never)]
+unsafe fn slow_v(
     f: RawMethodV,
     argc: std::os::raw::c_int,
     argv: *const Value,
     rb_self: Value,
 ) -> Value {
-    // SAFETY: as for call_method1; `argc`/`argv` are Ruby's own.
+    // SAFETY: the caller's promise.
     unsafe { f(argc, argv, rb_self) }
 }
 
 /// `NUM2LONG`, with Ruby's own TypeError / RangeError. A Fixnum is read
 /// in place (no `rb_protect`: `SizedQueue.new(n)` is a per-call row).
-pub fn num2long(v: VALUE) -> Result<i64, Error> {
+pub fn num2long(v: Value) -> Result<i64, Error> {
+    let v = v.as_raw();
     if rb_sys::FIXNUM_P(v) {
         // SAFETY: `v` is a Fixnum, which FIX2LONG decodes without a call.
         return Ok(unsafe { rb_sys::FIX2LONG(v) } as i64);
@@ -547,19 +790,13 @@ pub fn num2long(v: VALUE) -> Result<i64, Error> {
     Ok(out)
 }
 
-/// Argument `i` of an arity -1 call, if there is one.
-#[inline(always)]
-pub fn arg(argc: std::os::raw::c_int, argv: *const Value, i: usize) -> Option<Value> {
-    // SAFETY: Ruby passes `argc` valid VALUEs at `argv`; `i` is checked.
-    (i < argc as usize).then(|| unsafe { *argv.add(i) })
-}
-
 /// The value of `key` when `hash` is a keyword Hash holding that key
 /// alone (`pop(timeout: t)`, the usual call): read directly, where
 /// magnus's keyword parsing builds its argument spec and allocates on
 /// every call. None otherwise, and the caller parses in full (for the
 /// errors).
-pub fn only_keyword(hash: VALUE, key: &super::Name) -> Option<VALUE> {
+pub fn only_keyword(hash_value: Value, key: &super::Name) -> Option<Value> {
+    let hash = hash_value.as_raw();
     if special_const(hash) {
         return None;
     }
@@ -585,6 +822,8 @@ pub fn only_keyword(hash: VALUE, key: &super::Name) -> Option<VALUE> {
             return None;
         }
         rb_sys::rb_hash_foreach(hash, Some(first_entry), entry.as_mut_ptr() as VALUE);
-        (entry[0] == rb_sys::rb_id2sym(key.id())).then_some(entry[1])
+        // The value is alive: the Hash, a Value of the caller's, holds it.
+        (entry[0] == rb_sys::rb_id2sym(key.id(&Ruby::get_with(hash_value))))
+            .then(|| value(entry[1]))
     }
 }

@@ -5,8 +5,8 @@ use std::marker::PhantomData;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicU64, Ordering};
 
-use magnus::rb_sys::protect;
-use magnus::Error;
+use magnus::rb_sys::{protect, AsRawValue};
+use magnus::{Error, Ruby, Value};
 use rb_sys::VALUE;
 
 use super::*;
@@ -62,8 +62,12 @@ pub struct Waiter {
 
 impl Waiter {
     /// A waiter for the current thread and fiber, blocked on `blocker`.
-    pub fn current(blocker: VALUE) -> Waiter {
-        // SAFETY: plain queries of the current thread, GVL held.
+    pub fn current(blocker: Value) -> Waiter {
+        let blocker = blocker.as_raw();
+        // SAFETY: plain queries of the current thread, GVL held (a Value
+        // proves it); the thread, its fiber and scheduler, and the
+        // blocker (the caller's Value) stay alive on this stack while the
+        // waiter does.
         let (thread, scheduler) = unsafe {
             (
                 rb_sys::rb_thread_current(),
@@ -154,6 +158,15 @@ impl Waiter {
         self.list_last_wake_cpu.get()
     }
 
+    /// A handle to Ruby's API: a waiter is made only on a Ruby thread
+    /// holding the GVL (`current` takes a Value), is not Send, and every
+    /// function that gives the GVL up while it exists takes it back before
+    /// returning (or runs code that may not touch Ruby: `without_gvl`).
+    pub fn ruby(&self) -> Ruby {
+        // SAFETY: as said above.
+        unsafe { Ruby::get_unchecked() }
+    }
+
     pub fn set_sleeping(&self) {
         self.sleeping.set(true);
     }
@@ -208,6 +221,13 @@ pub struct WakeTarget {
 }
 
 impl WakeTarget {
+    /// A handle to Ruby's API: made by `Waiter::signal` under the GVL and
+    /// not Send (see `Waiter::ruby`).
+    pub fn ruby(&self) -> Ruby {
+        // SAFETY: as said above.
+        unsafe { Ruby::get_unchecked() }
+    }
+
     /// Completes a wake-up. `false` means the thread is dead and the
     /// wake-up should go to the next waiter.
     pub fn wake(self) -> Result<bool, Error> {

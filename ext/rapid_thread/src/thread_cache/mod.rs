@@ -33,10 +33,9 @@ use magnus::{
     function, prelude::*, DataTypeFunctions, Error, Exception, RClass, RHash, RModule, Ruby,
     TypedData, Value,
 };
-use rb_sys::VALUE;
 
 use crate::errors;
-use crate::sys::{self, GvlStatic, WaitList, QNIL};
+use crate::sys::{self, GvlStatic, Held, WaitList};
 use crate::task::{Phase, Task};
 use crate::wait::{self, End};
 
@@ -61,30 +60,30 @@ const GROW_TICK: Duration = Duration::from_millis(1);
 
 pub struct Pool {
     /// Tasks waiting for a worker (some may have been killed meanwhile).
-    pending: VecDeque<VALUE>,
+    pending: VecDeque<Held>,
     /// Workers waiting for a task.
     idle: WaitList,
     /// The Threads of workers running a block.
-    busy: Vec<VALUE>,
+    busy: Vec<Held>,
     /// Workers created that have not reached the pool yet.
     starting: usize,
     /// Their threads, until each reaches the pool or ends. A thread can
     /// end before its body runs (killed in a `:thread_begin` hook, where
     /// a pending Thread#kill also lands): the monitor finds it dead here
     /// and stops counting it, or it would wait for it forever.
-    starting_threads: Vec<VALUE>,
+    starting_threads: Vec<Held>,
     /// Worker threads alive.
     live: usize,
     /// Threads of their own (not workers) for blocks spawned from a
     /// ThreadGroup other than the workers' (see `spawner_placement`), each
     /// with its task, until its body takes it (`spawn_on_own_thread`).
-    own_threads: Vec<(VALUE, VALUE)>,
+    own_threads: Vec<(Held, Held)>,
     /// `own_threads` is swept for threads lost before their body ran when
     /// it reaches this length (see `spawn_on_own_thread`).
     own_sweep_at: usize,
     /// Where workers rest: `ThreadGroup::Default` (set at load time).
-    home: VALUE,
-    monitor: VALUE,
+    home: Held,
+    monitor: Held,
     /// The monitor's body has run (see `arm_monitor`).
     monitor_started: bool,
     /// The monitor is in a sleep (timed or not) that a wake-up ends.
@@ -115,8 +114,8 @@ impl Pool {
             live: 0,
             own_threads: Vec::new(),
             own_sweep_at: OWN_SWEEP_MIN,
-            home: QNIL,
-            monitor: QNIL,
+            home: Held::NIL,
+            monitor: Held::NIL,
             monitor_started: false,
             monitor_sleeping: false,
             monitor_dormant: false,
@@ -160,13 +159,13 @@ impl Pool {
     /// Whether the monitor is there and its body has started (it clears
     /// `monitor` on every way out; one killed before it started does not).
     fn monitor_running(&mut self) -> bool {
-        self.monitor != QNIL && self.monitor_started
+        !self.monitor.is_nil() && self.monitor_started
     }
 
     /// Drops killed tasks from the head; whether a runnable one is left.
-    fn has_pending(&mut self) -> bool {
-        while let Some(&t) = self.pending.front() {
-            if Task::of(t).runnable() {
+    fn has_pending(&mut self, ruby: &Ruby) -> bool {
+        while let Some(t) = self.pending.front() {
+            if Task::of_held(ruby, t).runnable() {
                 return true;
             }
             self.pending.pop_front();
@@ -181,22 +180,24 @@ impl Pool {
     /// A second wake-up for the same task went to the next newest idle
     /// worker, which found it taken and came back as the newest: work left
     /// the hot worker.
-    fn must_wake_idle(&mut self) -> bool {
+    fn must_wake_idle(&mut self, ruby: &Ruby) -> bool {
         // `len`, not `runnable_pending`: O(1) per spawn; a killed task
         // counted costs at most one wake-up.
-        !self.idle.is_empty() && self.has_pending() && self.pending.len() > self.idle.handed_out()
+        !self.idle.is_empty()
+            && self.has_pending(ruby)
+            && self.pending.len() > self.idle.handed_out()
     }
 
     /// Pending tasks that still want to run (killed ones stay queued
     /// until a worker or `has_pending` drops them).
-    fn runnable_pending(&mut self) -> usize {
+    fn runnable_pending(&mut self, ruby: &Ruby) -> usize {
         self.pending
             .iter()
-            .filter(|&&t| Task::of(t).runnable())
+            .filter(|t| Task::of_held(ruby, t).runnable())
             .count()
     }
 
-    fn values_mut(&mut self) -> impl Iterator<Item = &mut VALUE> {
+    fn values_mut(&mut self) -> impl Iterator<Item = &mut Held> {
         self.pending
             .iter_mut()
             .chain(self.busy.iter_mut())
@@ -250,29 +251,28 @@ impl DataTypeFunctions for Roots {
 // ---------------------------------------------------------------------------
 
 fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
-    let Some(block) = sys::block_proc() else {
+    let Some(block) = sys::block_proc(ruby) else {
         return Err(errors::thread_error("must be called with a block"));
     };
-    let kw_splat = sys::keyword_given();
-    let me = sys::current_thread();
-    let [report, priority, group] = sys::funcalls([
-        (
-            sys::raw(ruby.class_thread().as_value()),
-            sys::name!(c"report_on_exception"),
-            &[],
-        ),
-        (me, sys::name!(c"priority"), &[]),
-        (me, sys::name!(c"group"), &[]),
-    ])?;
-    let report = sys::value(report).to_bool();
+    let kw_splat = sys::keyword_given(ruby);
+    let me = sys::current_thread(ruby);
+    let [report, priority, group] = sys::funcalls(
+        ruby,
+        [
+            (
+                ruby.class_thread().as_value(),
+                sys::name!(c"report_on_exception"),
+                &[],
+            ),
+            (me, sys::name!(c"priority"), &[]),
+            (me, sys::name!(c"group"), &[]),
+        ],
+    )?;
+    let report = report.to_bool();
     let place = spawner_placement(priority, group)?;
     // No Array for a block spawned without arguments (most are): one
     // object fewer per spawn.
-    let args = if args.is_empty() {
-        QNIL
-    } else {
-        sys::raw(ruby.ary_new_from_values(args).as_value())
-    };
+    let args = (!args.is_empty()).then(|| ruby.ary_new_from_values(args));
     let priority = match place {
         Where::Pool { priority } => priority,
         Where::OwnThread => 0,
@@ -281,28 +281,31 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     // Until the Task object exists (its allocation may run the GC), the
     // Proc and the Array were reachable only from the Rust value being
     // boxed: keep them on this stack frame up to here.
-    sys::gc_guard(block);
-    sys::gc_guard(args);
-    let obj = sys::raw(task.as_value());
-    if let Where::OwnThread = place {
-        spawn_on_own_thread(obj)?;
-        return Ok(task.as_value());
+    sys::gc_guard(sys::raw(block));
+    if let Some(args) = args {
+        sys::gc_guard(sys::raw(args.as_value()));
     }
+    let obj = task.as_value();
+    if let Where::OwnThread = place {
+        spawn_on_own_thread(ruby, obj)?;
+        return Ok(obj);
+    }
+    let held = Held::new(obj);
     with(|p| {
         p.spawned += 1;
-        p.pending.push_back(obj);
+        p.pending.push_back(held);
     });
-    if let Err(e) = dispatch() {
+    if let Err(e) = dispatch(ruby) {
         // Nothing can run it (no thread could be created, ThreadError): as
         // Thread.new, raise and leave nothing behind. Any other error (an
         // interrupt aimed at this thread) leaves the task queued: it runs,
         // as a Thread.new thread already created would.
         if e.is_kind_of(ruby.exception_thread_error()) {
-            with(|p| p.pending.retain(|&t| t != obj));
+            with(|p| p.pending.retain(|&t| t != held));
         }
         return Err(e);
     }
-    Ok(task.as_value())
+    Ok(obj)
 }
 
 /// Where a spawned block runs: on a worker of the pool, at the spawner's
@@ -327,12 +330,11 @@ enum Where {
 /// (`spawn { }; group.enclose` does that every time), when
 /// `ThreadGroup#add` refuses it, though a Thread.new thread is inside
 /// already. `priority` and `group`: the spawner's.
-fn spawner_placement(priority: VALUE, group: VALUE) -> Result<Where, Error> {
-    let home = with(|p| p.home);
-    if group != home || sys::value(group).is_frozen() {
+fn spawner_placement(priority: Value, group: Value) -> Result<Where, Error> {
+    if Held::new(group) != with(|p| p.home) || group.is_frozen() {
         return Ok(Where::OwnThread);
     }
-    let priority = if priority == sys::fixnum(0) {
+    let priority = if sys::raw(priority) == sys::fixnum(0) {
         0
     } else {
         // -3..3 (Thread#priority= clamps).
@@ -343,34 +345,41 @@ fn spawner_placement(priority: VALUE, group: VALUE) -> Result<Where, Error> {
 
 /// Whether ThreadGroup#add lets threads into and out of `group`: it is
 /// neither frozen nor enclosed.
-fn movable(group: VALUE) -> Result<bool, Error> {
-    if sys::value(group).is_frozen() {
+fn movable(group: Value) -> Result<bool, Error> {
+    if group.is_frozen() {
         return Ok(false);
     }
     let enclosed = sys::funcall(group, sys::name!(c"enclosed?"), &[])?;
-    Ok(!sys::value(enclosed).to_bool())
+    Ok(!enclosed.to_bool())
 }
 
 /// Brings a thread of the pool back to rest: priority 0, in the home
 /// ThreadGroup. Fails (ThreadError) when its group or home is enclosed or
 /// frozen: the caller then retires the thread rather than keep it
 /// elsewhere.
-fn rest(me: VALUE) -> Result<(), Error> {
-    let [priority, group] = sys::funcalls([
-        (me, sys::name!(c"priority"), &[]),
-        (me, sys::name!(c"group"), &[]),
-    ])?;
-    rest_from(me, priority, group)
+fn rest(ruby: &Ruby, me: Value) -> Result<(), Error> {
+    let [priority, group] = sys::funcalls(
+        ruby,
+        [
+            (me, sys::name!(c"priority"), &[]),
+            (me, sys::name!(c"group"), &[]),
+        ],
+    )?;
+    rest_from(ruby, me, priority, group)
 }
 
 /// `rest`, given the thread's priority and group as just read.
-fn rest_from(me: VALUE, priority: VALUE, group: VALUE) -> Result<(), Error> {
-    if priority != sys::fixnum(0) {
-        sys::funcall(me, sys::name!(c"priority="), &[sys::fixnum(0)])?;
+fn rest_from(ruby: &Ruby, me: Value, priority: Value, group: Value) -> Result<(), Error> {
+    if sys::raw(priority) != sys::fixnum(0) {
+        sys::funcall(
+            me,
+            sys::name!(c"priority="),
+            &[ruby.integer_from_i64(0).as_value()],
+        )?;
     }
     let home = with(|p| p.home);
-    if group != home {
-        sys::funcall(home, sys::name!(c"add"), &[me])?;
+    if Held::new(group) != home {
+        sys::funcall(home.get(ruby), sys::name!(c"add"), &[me])?;
     }
     Ok(())
 }
@@ -380,38 +389,42 @@ fn rest_from(me: VALUE, priority: VALUE, group: VALUE) -> Result<(), Error> {
 /// `handle_interrupt` masks, as to a Thread.new thread, and raises
 /// Thread.new's ThreadError when it cannot (a frozen group, no threads
 /// left). The thread runs this one block as a worker would, then ends.
-fn spawn_on_own_thread(obj: VALUE) -> Result<(), Error> {
+fn spawn_on_own_thread(ruby: &Ruby, obj: Value) -> Result<(), Error> {
     // A thread lost before its body ran leaves its entry until its task
     // is joined or polled; one that nobody joins would stay for good.
     // Swept when the list doubles: amortized, a few checks per spawn.
     if with(|p| p.own_threads.len() >= p.own_sweep_at) {
         let mut i = 0;
         while let Some((t, task)) = with(|p| p.own_threads.get(i).copied()) {
-            if !forget_if_lost(t, task)? {
+            if !forget_if_lost(t.get(ruby), task.get(ruby))? {
                 i += 1;
             }
         }
         with(|p| p.own_sweep_at = OWN_SWEEP_MIN.max(2 * p.own_threads.len()));
     }
-    let t = sys::create_thread(own_thread_body, false)?;
+    let t = Held::new(sys::create_thread(ruby, own_thread_body, false)?);
     // The thread cannot look for its task before this one gives up the GVL.
     with(|p| {
         p.spawned += 1;
-        p.own_threads.push((t, obj));
+        p.own_threads.push((t, Held::new(obj)));
     });
     Ok(())
 }
 
-fn own_thread_body() -> Option<i32> {
-    let me = sys::current_thread();
+fn own_thread_body(ruby: &Ruby) -> Option<i32> {
+    let me = sys::current_thread(ruby);
     sys::name_native_thread(WORKER_NATIVE_NAME);
     let task = with(|p| {
-        let i = p.own_threads.iter().position(|&(t, _)| t == me)?;
+        let i = p
+            .own_threads
+            .iter()
+            .position(|&(t, _)| t == Held::new(me))?;
         Some(p.own_threads.swap_remove(i).1)
-    });
+    })
+    .map(|t| t.get(ruby));
     match task {
         // Not when it was killed before it started.
-        Some(task) if Task::of(task).runnable() => match run(task, me, None) {
+        Some(task) if Task::of(&task).runnable() => match run(ruby, task, me, None) {
             After::End(tag) => tag,
             After::Continue => None,
         },
@@ -426,63 +439,65 @@ fn own_thread_body() -> Option<i32> {
 /// Thread.new thread, a join of the task returns. Called by joins and
 /// polls of pending tasks; each looks at its own task only, so joining a
 /// burst of them costs no scan of the others' threads.
-fn waits_for_own_thread(task: VALUE) -> Result<bool, Error> {
-    let Some(t) = with(|p| p.own_threads.iter().find(|e| e.1 == task).map(|e| e.0)) else {
+fn waits_for_own_thread(task: Value) -> Result<bool, Error> {
+    let key = Held::new(task);
+    let Some(t) = with(|p| p.own_threads.iter().find(|e| e.1 == key).map(|e| e.0)) else {
         return Ok(false);
     };
-    forget_if_lost(t, task)?;
+    forget_if_lost(t.get(&Ruby::get_with(task)), task)?;
     Ok(true)
 }
 
 /// For the listed thread of its own `t` and its task: if `t` is dead, its
 /// body never ran (that would have removed the entry), so the entry goes
 /// and the task ends as killed. Whether it was lost.
-fn forget_if_lost(t: VALUE, task: VALUE) -> Result<bool, Error> {
-    if sys::value(sys::funcall(t, sys::name!(c"alive?"), &[])?).to_bool() {
+fn forget_if_lost(t: Value, task: Value) -> Result<bool, Error> {
+    if sys::funcall(t, sys::name!(c"alive?"), &[])?.to_bool() {
         return Ok(false);
     }
-    with(|p| p.own_threads.retain(|e| e.1 != task));
-    if Task::of(task).runnable() {
-        Task::of(task).kill_pending()?;
+    let key = Held::new(task);
+    with(|p| p.own_threads.retain(|e| e.1 != key));
+    if Task::of(&task).runnable() {
+        Task::of(&task).kill_pending()?;
     }
     Ok(true)
 }
 
 /// `PendingHooks::join`: a join of a task that has not started.
-fn join_pending(task: VALUE) -> Result<(), Error> {
+fn join_pending(task: Value) -> Result<(), Error> {
     if waits_for_own_thread(task)? {
         return Ok(());
     }
-    ensure_progress()
+    ensure_progress(&Ruby::get_with(task))
 }
 
 /// `PendingHooks::poll`: a poll of a task that has not started.
-fn poll_pending(task: VALUE) -> Result<(), Error> {
+fn poll_pending(task: Value) -> Result<(), Error> {
     if waits_for_own_thread(task)? {
         return Ok(());
     }
-    ensure_progress_if_orphaned()
+    ensure_progress_if_orphaned(&Ruby::get_with(task))
 }
 
 /// Gets the pending tasks going: wakes the newest idle worker unless the
 /// idle workers already woken cover them (`must_wake_idle`); otherwise arms
 /// the monitor (a safety net when woken workers cover the tasks) and has it
 /// start a worker now when no worker can take them.
-fn dispatch() -> Result<(), Error> {
-    if with(Pool::must_wake_idle) {
+fn dispatch(ruby: &Ruby) -> Result<(), Error> {
+    if with(|p| p.must_wake_idle(ruby)) {
         return wait::wake_newest(POOL.cell(), idle);
     }
     // As Thread.new, refused once the process is ending (sys::create_thread
     // says why; the monitor, told to end, may not have yet).
-    if sys::process_ending()? {
+    if sys::process_ending(ruby)? {
         return Err(errors::thread_error("can't alloc thread"));
     }
     // Armed first: `ensure_progress` calls `stop?` on busy workers, where
     // an interrupt (Thread#raise, Ctrl-C) can end the spawn with the task
     // left queued; the monitor's ticks then do what it would have done.
     // The monitor cannot run before this thread gives up the GVL.
-    arm_monitor()?;
-    ensure_progress()
+    arm_monitor(ruby)?;
+    ensure_progress(ruby)
 }
 
 /// Asks for a worker now when tasks are pending and nobody else can take
@@ -498,16 +513,16 @@ fn dispatch() -> Result<(), Error> {
 /// fixed): a caller whose thread the monitor could not send home (an
 /// enclosed ThreadGroup) does not restart it, and a join from there waits
 /// until a thread of another group spawns, joins or polls.
-fn ensure_progress() -> Result<(), Error> {
-    if !with(Pool::has_pending) {
+fn ensure_progress(ruby: &Ruby) -> Result<(), Error> {
+    if !with(|p| p.has_pending(ruby)) {
         return Ok(());
     }
     // A join finds an idle worker nobody woke (the monitor that would
     // have, on its tick, was killed): wake it.
-    if with(Pool::must_wake_idle) {
+    if with(|p| p.must_wake_idle(ruby)) {
         return wait::wake_newest(POOL.cell(), idle);
     }
-    if !can_progress()? {
+    if !can_progress(ruby)? {
         with(|p| p.wanted += 1);
     }
     // Workers starting count as coming, but one can die before it gets
@@ -516,7 +531,7 @@ fn ensure_progress() -> Result<(), Error> {
     // monitor (a stray kill), nothing would start a worker for a task
     // behind a busy block that never ends: only the monitor's tick does.
     if with(|p| p.wanted > 0 || p.starting > 0 || !p.monitor_running()) {
-        return arm_monitor();
+        return arm_monitor(ruby);
     }
     Ok(())
 }
@@ -531,45 +546,45 @@ fn ensure_progress() -> Result<(), Error> {
 ///   nothing, as Thread.new refuses to then;
 /// - a monitor that cannot be created (ThreadError) is not the poll's
 ///   answer: the task is still pending, and the next poll tries again.
-fn ensure_progress_if_orphaned() -> Result<(), Error> {
-    if with(Pool::monitor_running) || !with(Pool::has_pending) {
+fn ensure_progress_if_orphaned(ruby: &Ruby) -> Result<(), Error> {
+    if with(Pool::monitor_running) || !with(|p| p.has_pending(ruby)) {
         return Ok(());
     }
-    if sys::process_ending()? {
+    if sys::process_ending(ruby)? {
         return Ok(());
     }
-    if with(Pool::must_wake_idle) {
+    if with(|p| p.must_wake_idle(ruby)) {
         return wait::wake_newest(POOL.cell(), idle);
     }
     // Refused: the next poll tries again.
-    let _refused = try_arm_monitor()?;
+    let _refused = try_arm_monitor(ruby)?;
     Ok(())
 }
 
 /// Whether a worker can take pending tasks soon: one is idle (or just
 /// woken), starting or asked for, or busy but runnable.
-fn can_progress() -> Result<bool, Error> {
+fn can_progress(ruby: &Ruby) -> Result<bool, Error> {
     if with(|p| p.idle.waiting() > 0 || p.starting > 0 || p.wanted > 0) {
         return Ok(true);
     }
-    any_busy_runnable()
+    any_busy_runnable(ruby)
 }
 
 /// Whether some busy worker other than the current thread can run (is
 /// not sleeping or blocked); it will take pending tasks when done.
-fn any_busy_runnable() -> Result<bool, Error> {
-    let me = sys::current_thread();
+fn any_busy_runnable(ruby: &Ruby) -> Result<bool, Error> {
+    let me = Held::new(sys::current_thread(ruby));
     let mut i = 0;
     while let Some(t) = with(|p| p.busy.get(i).copied()) {
         i += 1;
-        if t != me && !sys::value(sys::funcall(t, sys::name!(c"stop?"), &[])?).to_bool() {
+        if t != me && !sys::funcall(t.get(ruby), sys::name!(c"stop?"), &[])?.to_bool() {
             return Ok(true);
         }
     }
     Ok(false)
 }
 
-fn start_worker() -> Result<(), Error> {
+fn start_worker(ruby: &Ruby) -> Result<(), Error> {
     with(|p| {
         p.starting += 1;
         p.live += 1;
@@ -578,9 +593,9 @@ fn start_worker() -> Result<(), Error> {
     });
     // Workers inherit the monitor's (unmasked) interrupt state. The new
     // thread cannot reach the pool before this one gives up the GVL.
-    match sys::create_thread(worker_body, false) {
+    match sys::create_thread(ruby, worker_body, false) {
         Ok(t) => {
-            with(|p| p.starting_threads.push(t));
+            with(|p| p.starting_threads.push(Held::new(t)));
             Ok(())
         }
         Err(e) => {
@@ -595,7 +610,7 @@ fn start_worker() -> Result<(), Error> {
 }
 
 /// A worker reached the pool, or ended on its way there.
-fn arrived(p: &mut Pool, me: VALUE) {
+fn arrived(p: &mut Pool, me: Held) {
     p.starting = p.starting.saturating_sub(1);
     if let Some(i) = p.starting_threads.iter().position(|&t| t == me) {
         p.starting_threads.swap_remove(i);
@@ -604,10 +619,10 @@ fn arrived(p: &mut Pool, me: VALUE) {
 
 /// Stops counting as starting the workers whose thread ended before their
 /// body ran (see `Pool::starting_threads`): they never reach the pool.
-fn forget_lost_starters() -> Result<(), Error> {
+fn forget_lost_starters(ruby: &Ruby) -> Result<(), Error> {
     let mut i = 0;
     while let Some(t) = with(|p| p.starting_threads.get(i).copied()) {
-        if sys::value(sys::funcall(t, sys::name!(c"alive?"), &[])?).to_bool() {
+        if sys::funcall(t.get(ruby), sys::name!(c"alive?"), &[])?.to_bool() {
             i += 1;
             continue;
         }
@@ -625,72 +640,71 @@ fn forget_lost_starters() -> Result<(), Error> {
 /// Makes sure the monitor runs: starts it (unmasked) if there is none,
 /// wakes it if it sleeps. Fails if it cannot be created (ThreadError), or
 /// with an interrupt that lands in a call made on the way.
-fn arm_monitor() -> Result<(), Error> {
-    try_arm_monitor()?
+fn arm_monitor(ruby: &Ruby) -> Result<(), Error> {
+    try_arm_monitor(ruby)?
 }
 
 /// arm_monitor, with the monitor's creation refused (the inner error, a
 /// ThreadError) kept apart from interrupts (the outer one).
-fn try_arm_monitor() -> Result<Result<(), Error>, Error> {
+fn try_arm_monitor(ruby: &Ruby) -> Result<Result<(), Error>, Error> {
     let (monitor, sleeping) = loop {
         let (monitor, sleeping, started) =
             with(|p| (p.monitor, p.monitor_sleeping, p.monitor_started));
         // A monitor killed before its body ran (in a `:thread_begin` hook)
         // never clears `monitor` on its way out (`MonitorExit`): replace it.
-        if monitor == QNIL
+        if monitor.is_nil()
             || started
-            || sys::value(sys::funcall(monitor, sys::name!(c"alive?"), &[])?).to_bool()
+            || sys::funcall(monitor.get(ruby), sys::name!(c"alive?"), &[])?.to_bool()
         {
             break (monitor, sleeping);
         }
         let still = with(|p| {
             let same = p.monitor == monitor;
             if same {
-                p.monitor = QNIL;
+                p.monitor = Held::NIL;
             }
             same
         });
         if still {
-            break (QNIL, false);
+            break (Held::NIL, false);
         }
         // Another thread replaced it meanwhile (`alive?` can run Ruby
         // code): look again.
     };
-    if monitor == QNIL {
-        if !can_send_home(sys::current_thread())? {
+    if monitor.is_nil() {
+        if !can_send_home(ruby, sys::current_thread(ruby))? {
             // The monitor would be born in this thread's group and could
             // not leave it (see `monitor_body`): leave it to a spawn, join
             // or poll from a thread that can make one. (Spawns from here
             // run on threads of their own and need none.)
             return Ok(Ok(()));
         }
-        let t = match sys::create_thread(monitor_body, true) {
+        let t = match sys::create_thread(ruby, monitor_body, true) {
             Ok(t) => t,
             Err(refused) => return Ok(Err(refused)),
         };
         with(|p| {
-            p.monitor = t;
+            p.monitor = Held::new(t);
             p.monitor_started = false;
         });
         // Named, as Thread.list shows it (it runs no user code).
-        let ruby = Ruby::get().expect("a Ruby thread");
         sys::funcall(
             t,
             sys::name!(c"name="),
-            &[sys::raw(ruby.str_new(MONITOR_NAME).as_value())],
+            &[ruby.str_new(MONITOR_NAME).as_value()],
         )?;
     } else if sleeping {
-        sys::wakeup_thread(monitor);
+        sys::wakeup_thread(monitor.get(ruby));
     }
     Ok(Ok(()))
 }
 
 /// Whether a thread that `me` creates (in `me`'s ThreadGroup) can move to
 /// the home group: `me` is there, or both groups let threads move.
-fn can_send_home(me: VALUE) -> Result<bool, Error> {
+fn can_send_home(ruby: &Ruby, me: Value) -> Result<bool, Error> {
     let group = sys::funcall(me, sys::name!(c"group"), &[])?;
     let home = with(|p| p.home);
-    Ok(group == home || (movable(group)? && movable(home)?))
+    Ok(Held::new(group) == home || (movable(group)? && movable(home.get(ruby))?))
 }
 
 // ---------------------------------------------------------------------------
@@ -766,12 +780,12 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
     roots_class.undef_default_alloc_func();
     let roots = ruby.obj_wrap(Roots);
     module.funcall::<_, _, Value>("private_constant", (ruby.to_symbol("ThreadCacheRoots"),))?;
-    sys::register_mark_object(sys::raw(roots.as_value()));
+    sys::register_mark_object(roots.as_value());
     let home: Value = ruby
         .class_object()
         .const_get::<_, RClass>("ThreadGroup")?
         .const_get("Default")?;
-    with(|p| p.home = sys::raw(home));
+    with(|p| p.home = Held::new(home));
     crate::task::on_pending(crate::task::PendingHooks {
         join: join_pending,
         poll: poll_pending,

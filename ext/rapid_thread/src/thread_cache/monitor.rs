@@ -14,8 +14,8 @@ use super::*;
 ///   (blocks that compute forever, or never end while passing the GVL):
 ///   one more worker, so that a waiting block still starts, as it would
 ///   on its own Thread.
-pub(super) fn monitor_body() -> Option<i32> {
-    let me = sys::current_thread();
+pub(super) fn monitor_body(ruby: &Ruby) -> Option<i32> {
+    let me = Held::new(sys::current_thread(ruby));
     with(|p| {
         if p.monitor == me {
             p.monitor_started = true;
@@ -26,7 +26,7 @@ pub(super) fn monitor_body() -> Option<i32> {
     // joiner's or poller's): drop them, or every worker would inherit them.
     // One that cannot leave its group (enclosed since) ends; the next
     // spawn, join or poll makes another.
-    if let Err(e) = rest(me) {
+    if let Err(e) = rest(ruby, me.get(ruby)) {
         return jump_tag(&e);
     }
     let mut seen = with(|p| p.started);
@@ -38,7 +38,7 @@ pub(super) fn monitor_body() -> Option<i32> {
         }
         // Workers asked for by spawn / join.
         while with(|p| p.wanted > 0) {
-            match start_worker() {
+            match start_worker(ruby) {
                 Ok(()) => with(|p| p.wanted -= 1),
                 Err(e) => match jump_tag(&e) {
                     Some(tag) => return Some(tag),
@@ -48,7 +48,7 @@ pub(super) fn monitor_body() -> Option<i32> {
                 },
             }
         }
-        let nap = if with(|p| p.has_pending() || p.wanted > 0) {
+        let nap = if with(|p| p.has_pending(ruby) || p.wanted > 0) {
             Some(GROW_TICK)
         } else {
             None
@@ -57,7 +57,7 @@ pub(super) fn monitor_body() -> Option<i32> {
             p.monitor_sleeping = true;
             p.monitor_dormant = nap.is_none();
         });
-        let slept = sys::ruby_sleep(nap);
+        let slept = sys::ruby_sleep(ruby, nap);
         with(|p| {
             p.monitor_sleeping = false;
             p.monitor_dormant = false;
@@ -75,7 +75,7 @@ pub(super) fn monitor_body() -> Option<i32> {
             batch = 1;
             continue;
         }
-        let grown = grow_if_stalled(&mut seen, &mut since, &mut batch);
+        let grown = grow_if_stalled(ruby, &mut seen, &mut since, &mut batch);
         if let Err(e) = grown {
             if let Some(tag) = jump_tag(&e) {
                 return Some(tag);
@@ -88,14 +88,14 @@ pub(super) fn monitor_body() -> Option<i32> {
 /// the next spawn or join re-arms one. A monitor left recorded but dead
 /// would never be replaced. In a forked child the pool is fresh: nothing
 /// to clear there.
-pub(super) struct MonitorExit(VALUE);
+pub(super) struct MonitorExit(Held);
 
 impl Drop for MonitorExit {
     fn drop(&mut self) {
         let me = self.0;
         with(|p| {
             if p.monitor == me {
-                p.monitor = QNIL;
+                p.monitor = Held::NIL;
                 p.monitor_sleeping = false;
                 p.monitor_dormant = false;
             }
@@ -110,20 +110,21 @@ pub(super) const STARTING_STALL: Duration = Duration::from_millis(500);
 pub(super) const MAX_BATCH: usize = 64;
 
 pub(super) fn grow_if_stalled(
+    ruby: &Ruby,
     seen: &mut u64,
     since: &mut Instant,
     batch: &mut usize,
 ) -> Result<(), Error> {
-    if with(Pool::must_wake_idle) {
+    if with(|p| p.must_wake_idle(ruby)) {
         return wait::wake_newest(POOL.cell(), idle);
     }
-    let (pending, started) = with(|p| (p.has_pending(), p.started));
+    let (pending, started) = with(|p| (p.has_pending(ruby), p.started));
     if started != *seen {
         *seen = started;
         *since = Instant::now();
     }
     if with(|p| !p.starting_threads.is_empty()) {
-        forget_lost_starters()?;
+        forget_lost_starters(ruby)?;
     }
     if !pending {
         *batch = 1;
@@ -140,7 +141,7 @@ pub(super) fn grow_if_stalled(
         // rules below apply (one more worker per STARTING_STALL).
         return Ok(());
     }
-    let n = if !can_progress()? {
+    let n = if !can_progress(ruby)? {
         let n = *batch;
         *batch = (*batch * 2).min(MAX_BATCH);
         n
@@ -157,8 +158,8 @@ pub(super) fn grow_if_stalled(
         return Ok(());
     };
     *since = Instant::now();
-    for _ in 0..n.min(with(Pool::runnable_pending)) {
-        if let Err(e) = start_worker() {
+    for _ in 0..n.min(with(|p| p.runnable_pending(ruby))) {
+        if let Err(e) = start_worker(ruby) {
             if jump_tag(&e).is_some() {
                 return Err(e);
             }

@@ -6,11 +6,12 @@ use super::*;
 
 /// Keeps the live count right on every way out of a worker.
 pub(super) struct Live {
-    me: VALUE,
+    /// The worker's Thread (on its stack: the GC sees it).
+    me: Value,
     /// The thread's class word when the worker started: a `:thread_begin`
     /// hook may have given it a singleton class already (see
     /// `clean_thread`).
-    class_word: VALUE,
+    class_word: sys::ClassWord,
     fork_gen: u64,
     /// Counted in `Pool::starting` (not at the pool yet).
     starting: bool,
@@ -31,10 +32,11 @@ impl Drop for Live {
         if sys::fork_generation() != self.fork_gen {
             return;
         }
+        let ruby = Ruby::get_with(self.me);
         let wake_monitor = with(|p| {
             p.live -= 1;
             if self.starting {
-                arrived(p, self.me);
+                arrived(p, Held::new(self.me));
             }
 
             // On their way: idle workers woken and not back (each takes a
@@ -46,23 +48,23 @@ impl Drop for Live {
             // restarts the monitor; creating a thread here could run Ruby
             // code.)
             let coming = p.idle.handed_out() + p.starting + p.wanted;
-            let stranded = p.has_pending() && p.pending.len() > coming;
+            let stranded = p.has_pending(&ruby) && p.pending.len() > coming;
             if stranded && p.idle.is_empty() {
                 p.wanted += 1;
             }
             // Workers starting may never come (Pool::starting_threads): the
             // monitor's tick finds out.
-            let unsure = p.has_pending() && p.starting > 0;
-            ((stranded || unsure) && p.monitor != QNIL && p.monitor_sleeping).then_some(p.monitor)
+            let unsure = p.has_pending(&ruby) && p.starting > 0;
+            ((stranded || unsure) && !p.monitor.is_nil() && p.monitor_sleeping).then_some(p.monitor)
         });
         if let Some(monitor) = wake_monitor {
-            sys::wakeup_thread(monitor);
+            sys::wakeup_thread(monitor.get(&ruby));
         }
     }
 }
 
-pub(super) fn worker_body() -> Option<i32> {
-    let me = sys::current_thread();
+pub(super) fn worker_body(ruby: &Ruby) -> Option<i32> {
+    let me = sys::current_thread(ruby);
     sys::name_native_thread(WORKER_NATIVE_NAME);
     let mut live = Live {
         me,
@@ -75,12 +77,12 @@ pub(super) fn worker_body() -> Option<i32> {
         // An interrupt aimed at the previous block that arrived after it
         // ended must not hit the next one: run it here. A kill ends the
         // worker; an exception is dropped.
-        if let Err(e) = sys::check_ints() {
+        if let Err(e) = sys::check_ints(ruby) {
             if let Some(tag) = jump_tag(&e) {
                 return Some(tag);
             }
         }
-        let task = match next_task(&mut live, me) {
+        let task = match next_task(ruby, &mut live, me) {
             Ok(Some(t)) => t,
             Ok(None) => return None,
             Err(e) => match jump_tag(&e) {
@@ -88,7 +90,7 @@ pub(super) fn worker_body() -> Option<i32> {
                 None => continue,
             },
         };
-        if let After::End(tag) = run(task, me, Some(live.class_word)) {
+        if let After::End(tag) = run(ruby, task, me, Some(live.class_word)) {
             return tag;
         }
         if sys::fork_generation() != live.fork_gen {
@@ -102,7 +104,7 @@ pub(super) fn worker_body() -> Option<i32> {
 /// Takes the next pending task (marking this worker busy), waiting on the
 /// idle list for one; None when the worker should exit (idle timeout, or
 /// `max_idle` workers already idle).
-pub(super) fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Error> {
+pub(super) fn next_task(ruby: &Ruby, live: &mut Live, me: Value) -> Result<Option<Value>, Error> {
     // Read when first needed: a worker sent to pending tasks (the usual
     // case under load) takes one without reading the clock.
     let mut idle_since = None;
@@ -111,8 +113,8 @@ pub(super) fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Err
     let mut sent = true;
     loop {
         if sent {
-            if let Some(t) = with(|p| take_pending(p, live, me)) {
-                return Ok(Some(t));
+            if let Some(t) = with(|p| take_pending(ruby, p, live, me)) {
+                return Ok(Some(t.get(ruby)));
             }
         }
         // Re-read each time: a changed idle_timeout applies to waiting
@@ -129,7 +131,7 @@ pub(super) fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Err
             // takes one (the woken ones are what this one counts on).
             let leave_it = !sent && expired && p.pending.len() <= p.idle.handed_out();
             if !leave_it {
-                if let Some(t) = take_pending(p, live, me) {
+                if let Some(t) = take_pending(ruby, p, live, me) {
                     return Some(Some(t));
                 }
             }
@@ -137,22 +139,22 @@ pub(super) fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Err
             over.then_some(None)
         });
         match took {
-            Some(Some(t)) => return Ok(Some(t)),
+            Some(Some(t)) => return Ok(Some(t.get(ruby))),
             Some(None) => return Ok(None),
             None => {}
         }
         // The process is ending and this worker missed Ruby's one call to
         // end (a block's `ensure` that raised took it): end now rather
         // than keep the exit waiting for the idle timeout.
-        if sys::process_ending()? {
+        if sys::process_ending(ruby)? {
             return Ok(None);
         }
         sent = wait::enlisted(
             POOL.cell(),
             idle,
             End::Newest,
-            QNIL,
-            Pool::has_pending,
+            sys::nil(ruby),
+            |p: &mut Pool| p.has_pending(&POOL.ruby()),
             |w| {
                 wait::block(w, deadline, false)?;
                 Ok(w.signaled())
@@ -162,11 +164,12 @@ pub(super) fn next_task(live: &mut Live, me: VALUE) -> Result<Option<VALUE>, Err
 }
 
 /// The next pending task, if any, taken by this worker (now busy).
-pub(super) fn take_pending(p: &mut Pool, live: &mut Live, me: VALUE) -> Option<VALUE> {
+pub(super) fn take_pending(ruby: &Ruby, p: &mut Pool, live: &mut Live, me: Value) -> Option<Held> {
+    let me = Held::new(me);
     if std::mem::replace(&mut live.starting, false) {
         arrived(p, me);
     }
-    if !p.has_pending() {
+    if !p.has_pending(ruby) {
         return None;
     }
     let t = p.pending.pop_front();
@@ -198,7 +201,7 @@ pub(super) struct Aftermath {
 }
 
 impl Aftermath {
-    fn take<T>(&mut self, r: Result<T, Error>) -> Option<T> {
+    fn take<T>(&mut self, ruby: &Ruby, r: Result<T, Error>) -> Option<T> {
         match r {
             Ok(v) => Some(v),
             Err(e) => {
@@ -208,7 +211,7 @@ impl Aftermath {
                         // The worker resumes it from its entry frame, with
                         // no Ruby frame above: until then, later calls
                         // rescue errors with a plain `$!`.
-                        sys::clear_errinfo();
+                        sys::clear_errinfo(ruby);
                     }
                     None => self.retire = true,
                 }
@@ -230,8 +233,8 @@ impl Aftermath {
 /// finish, so that joiners wake and the worker leaves the busy list; the
 /// normal paths disarm it.
 pub(super) struct Unfinished {
-    obj: VALUE,
-    me: VALUE,
+    obj: Value,
+    me: Value,
     armed: bool,
 }
 
@@ -241,12 +244,14 @@ impl Drop for Unfinished {
             leave_busy(self.me);
             // Nowhere to report an error while unwinding; the task is
             // recorded as killed before any Ruby call is made.
-            let _ = Task::of(self.obj).finish(self.obj, Phase::Killed, QNIL);
+            let nil = sys::nil(&Ruby::get_with(self.obj));
+            let _ = Task::of(&self.obj).finish(self.obj, Phase::Killed, nil);
         }
     }
 }
 
-pub(super) fn leave_busy(me: VALUE) {
+pub(super) fn leave_busy(me: Value) {
+    let me = Held::new(me);
     with(|p| {
         if let Some(i) = p.busy.iter().position(|&t| t == me) {
             p.busy.swap_remove(i);
@@ -258,9 +263,9 @@ pub(super) fn leave_busy(me: VALUE) {
 /// whether the worker goes on. `class_word`: the worker's (see
 /// `clean_thread`), or None for a thread of its own, which ends after
 /// the block as it is.
-pub(super) fn run(obj: VALUE, me: VALUE, class_word: Option<VALUE>) -> After {
-    let task = Task::of(obj);
-    let start = task.start(me);
+pub(super) fn run(ruby: &Ruby, obj: Value, me: Value, class_word: Option<sys::ClassWord>) -> After {
+    let task = Task::of(&obj);
+    let start = task.start(ruby, me);
     let mut guard = Unfinished {
         obj,
         me,
@@ -268,27 +273,28 @@ pub(super) fn run(obj: VALUE, me: VALUE, class_word: Option<VALUE>) -> After {
     };
     // The block starts with the task's name and flags (defaults, unless
     // set on the task before it started).
-    let prepared = prepare_thread(me, &start);
+    let prepared = prepare_thread(ruby, me, &start);
     let outcome = prepared.and_then(|()| {
-        if start.pending_raise != QNIL {
+        if !start.pending_raise.is_nil() {
             Err(exception_error(start.pending_raise))
         } else {
-            let v = sys::call_proc(start.block, start.args, start.kw_splat)?;
+            let args = magnus::RArray::from_value(start.args);
+            let v = sys::call_proc(start.block, args, start.kw_splat)?;
             // As when a thread's block returns: close a scheduler it set.
-            sys::close_fiber_scheduler()?;
+            sys::close_fiber_scheduler(ruby)?;
             Ok(v)
         }
     });
-    sys::gc_guard(start.block);
-    sys::gc_guard(start.args);
+    sys::gc_guard(sys::raw(start.block));
+    sys::gc_guard(sys::raw(start.args));
     if outcome.as_ref().is_err_and(errors::is_jump) {
-        sys::clear_errinfo(); // see Aftermath::take
+        sys::clear_errinfo(ruby); // see Aftermath::take
     }
     let mut aftermath = Aftermath::default();
     // If reading them fails (an interrupt consumed there), the flags the
     // block started with.
     let (report, abort) = aftermath
-        .take(thread_flags(me))
+        .take(ruby, thread_flags(ruby, me))
         .unwrap_or((start.report_on_exception, start.abort_on_exception));
     task.set_flags(report, abort);
     let (phase, result, raised) = match outcome {
@@ -297,130 +303,138 @@ pub(super) fn run(obj: VALUE, me: VALUE, class_word: Option<VALUE>) -> After {
             // Killed (Task#kill, Thread.exit, process exit): the worker ends.
             (Some(tag), _) => {
                 aftermath.jump.get_or_insert(tag);
-                (Phase::Killed, QNIL, None)
+                (Phase::Killed, sys::nil(ruby), None)
             }
             (None, Some(exc)) => {
-                let exc = sys::raw(exc.as_value());
+                let exc = exc.as_value();
                 // A scheduler the block set is closed on this path too, so
                 // the next block does not inherit it.
-                aftermath.take(sys::close_fiber_scheduler());
+                aftermath.take(ruby, sys::close_fiber_scheduler(ruby));
                 if report && !is_system_exit(exc) {
-                    aftermath.take(report_exception(me, task, exc));
+                    aftermath.take(ruby, report_exception(ruby, me, task, exc));
                 }
                 (Phase::Raised, exc, Some(exc))
             }
-            (None, None) => (Phase::Killed, QNIL, None),
+            (None, None) => (Phase::Killed, sys::nil(ruby), None),
         },
     };
     match class_word {
         Some(class_word) => {
-            aftermath.take(clean_thread(me, class_word));
+            aftermath.take(ruby, clean_thread(ruby, me, class_word));
         }
         None => aftermath.retire = true,
     }
     leave_busy(me);
     guard.armed = false;
-    aftermath.take(task.finish(obj, phase, result));
+    aftermath.take(ruby, task.finish(obj, phase, result));
     if let Some(exc) = raised {
         // SystemExit always, other exceptions with abort_on_exception: the
         // main thread gets it, as Ruby does for its threads.
         let to_main = if is_system_exit(exc) || abort {
             Ok(true)
         } else {
-            global_abort()
+            global_abort(ruby)
         };
-        if aftermath.take(to_main) == Some(true) {
-            aftermath.take(sys::funcall(
-                sys::main_thread(),
-                sys::name!(c"raise"),
-                &[exc],
-            ));
+        if aftermath.take(ruby, to_main) == Some(true) {
+            let raised = sys::funcall(sys::main_thread(ruby), sys::name!(c"raise"), &[exc]);
+            aftermath.take(ruby, raised);
         }
     }
     aftermath.after()
 }
 
-pub(super) fn exception_error(exc: VALUE) -> Error {
-    match Exception::from_value(sys::value(exc)) {
+pub(super) fn exception_error(exc: Value) -> Error {
+    match Exception::from_value(exc) {
         Some(e) => e.into(),
         None => errors::type_error("exception object expected".into()),
     }
 }
 
-pub(super) fn is_system_exit(exc: VALUE) -> bool {
-    let ruby = Ruby::get_with(sys::value(exc));
-    sys::value(exc).is_kind_of(ruby.exception_system_exit())
+pub(super) fn is_system_exit(exc: Value) -> bool {
+    exc.is_kind_of(Ruby::get_with(exc).exception_system_exit())
 }
 
 /// `Thread.abort_on_exception` or `$DEBUG`.
-pub(super) fn global_abort() -> Result<bool, Error> {
-    let ruby = Ruby::get().expect("a Ruby thread");
-    let thread = sys::raw(ruby.class_thread().as_value());
-    let abort = sys::value(sys::funcall(
-        thread,
-        sys::name!(c"abort_on_exception"),
-        &[],
-    )?)
-    .to_bool();
-    Ok(abort || sys::value(sys::global_variable(c"$DEBUG")).to_bool())
+pub(super) fn global_abort(ruby: &Ruby) -> Result<bool, Error> {
+    let thread = ruby.class_thread().as_value();
+    let abort = sys::funcall(thread, sys::name!(c"abort_on_exception"), &[])?.to_bool();
+    Ok(abort || sys::global_variable(ruby, c"$DEBUG").to_bool())
 }
 
 /// Sets the worker's name and exception flags for the task about to run.
-pub(super) fn prepare_thread(me: VALUE, start: &crate::task::Start) -> Result<(), Error> {
-    let ruby = Ruby::get().expect("a Ruby thread");
-    let t = |b: bool| sys::raw(ruby.into_value(b));
-    if start.name != QNIL {
+pub(super) fn prepare_thread(
+    ruby: &Ruby,
+    me: Value,
+    start: &crate::task::Start,
+) -> Result<(), Error> {
+    let t = |b: bool| sys::bool_value(ruby, b);
+    if !start.name.is_nil() {
         sys::funcall(me, sys::name!(c"name="), &[start.name])?;
     }
-    sys::funcalls([
-        (
-            me,
-            sys::name!(c"report_on_exception="),
-            &[t(start.report_on_exception)],
-        ),
-        (
-            me,
-            sys::name!(c"abort_on_exception="),
-            &[t(start.abort_on_exception)],
-        ),
-    ])?;
+    sys::funcalls(
+        ruby,
+        [
+            (
+                me,
+                sys::name!(c"report_on_exception="),
+                &[t(start.report_on_exception)],
+            ),
+            (
+                me,
+                sys::name!(c"abort_on_exception="),
+                &[t(start.abort_on_exception)],
+            ),
+        ],
+    )?;
     // The spawner's priority, as Thread.new gives it (its group is the
     // worker's: see `spawner_placement`).
     if start.priority != 0 {
-        sys::funcall(me, sys::name!(c"priority="), &[sys::fixnum(start.priority)])?;
+        let priority = ruby.integer_from_i64(start.priority.into()).as_value();
+        sys::funcall(me, sys::name!(c"priority="), &[priority])?;
     }
     Ok(())
 }
 
 /// The worker's exception flags when the block ended.
-pub(super) fn thread_flags(me: VALUE) -> Result<(bool, bool), Error> {
-    let [report, abort] = sys::funcalls([
-        (me, sys::name!(c"report_on_exception"), &[]),
-        (me, sys::name!(c"abort_on_exception"), &[]),
-    ])?;
-    Ok((sys::value(report).to_bool(), sys::value(abort).to_bool()))
+pub(super) fn thread_flags(ruby: &Ruby, me: Value) -> Result<(bool, bool), Error> {
+    let [report, abort] = sys::funcalls(
+        ruby,
+        [
+            (me, sys::name!(c"report_on_exception"), &[]),
+            (me, sys::name!(c"abort_on_exception"), &[]),
+        ],
+    )?;
+    Ok((report.to_bool(), abort.to_bool()))
 }
 
 /// Leaves nothing of the block on the worker: fiber-locals, thread
 /// variables, its name, priority and ThreadGroup go, so the next block
 /// starts fresh and an idle worker keeps no user object alive.
-pub(super) fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
-    if sys::value(me).is_frozen() {
+pub(super) fn clean_thread(
+    ruby: &Ruby,
+    me: Value,
+    class_word: sys::ClassWord,
+) -> Result<(), Error> {
+    if me.is_frozen() {
         // A block froze Thread.current: the next block could not set a
         // fiber-local on it. Retire the worker (any error here does).
         return Err(errors::thread_error("a block froze its thread"));
     }
     // Read together (one protect): the resets below run no code of the
     // block's (a block that gave its thread methods retires it, last).
-    let [keys, name, priority, group] = sys::funcalls([
-        (me, sys::name!(c"keys"), &[]),
-        (me, sys::name!(c"name"), &[]),
-        (me, sys::name!(c"priority"), &[]),
-        (me, sys::name!(c"group"), &[]),
-    ])?;
-    if let Some(keys) = magnus::RArray::from_value(sys::value(keys)) {
+    let [keys, name, priority, group] = sys::funcalls(
+        ruby,
+        [
+            (me, sys::name!(c"keys"), &[]),
+            (me, sys::name!(c"name"), &[]),
+            (me, sys::name!(c"priority"), &[]),
+            (me, sys::name!(c"group"), &[]),
+        ],
+    )?;
+    let nil = sys::nil(ruby);
+    if let Some(keys) = magnus::RArray::from_value(keys) {
         for k in keys.into_iter() {
-            sys::funcall(me, sys::name!(c"[]="), &[sys::raw(k), QNIL])?;
+            sys::funcall(me, sys::name!(c"[]="), &[k, nil])?;
         }
     }
     sys::clear_thread_variables(me);
@@ -430,16 +444,16 @@ pub(super) fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
         // a fresh thread has none, so the next block must not see them.
         sys::remove_ivars(me)?;
     }
-    if name != QNIL {
+    if !name.is_nil() {
         // Ruby gave the native thread the block's name, and clears it here.
-        sys::funcall(me, sys::name!(c"name="), &[QNIL])?;
+        sys::funcall(me, sys::name!(c"name="), &[nil])?;
         sys::name_native_thread(WORKER_NATIVE_NAME);
     }
     // Priority: the spawner's, or what the block set; a ThreadGroup only
     // a block puts its worker in. A worker stuck in a group (the block
     // enclosed it, or joined an enclosed one) retires: it ends there, as
     // its thread would have.
-    rest_from(me, priority, group)?;
+    rest_from(ruby, me, priority, group)?;
     if sys::class_word(me) != class_word {
         // Singleton methods or modules a block gave Thread.current cannot
         // be taken back: retire the worker rather than pass them on. Last,
@@ -456,31 +470,35 @@ pub(super) fn clean_thread(me: VALUE, class_word: VALUE) -> Result<(), Error> {
 /// Thread.new's report: "#<Thread:0x... file:line run> terminated with
 /// exception (report_on_exception is true):" and the exception's full
 /// message, on $stderr.
-pub(super) fn report_exception(me: VALUE, task: &Task, exc: VALUE) -> Result<(), Error> {
-    let ruby = Ruby::get().expect("a Ruby thread");
-    let header = thread_to_s(me, task)?;
+pub(super) fn report_exception(
+    ruby: &Ruby,
+    me: Value,
+    task: &Task,
+    exc: Value,
+) -> Result<(), Error> {
+    let header = thread_to_s(ruby, me, task)?;
     let module = ruby.class_object().const_get::<_, RModule>("RapidThread")?;
     sys::funcall(
-        sys::raw(module.as_value()),
+        module.as_value(),
         sys::name!(c"__report_exception"),
-        &[sys::raw(ruby.str_new(&header).as_value()), exc],
+        &[ruby.str_new(&header).as_value(), exc],
     )?;
     Ok(())
 }
 
 /// `rb_thread_to_s` as it reads for a Thread.new thread running the
 /// task's block: the worker's address and name, the block's location.
-pub(super) fn thread_to_s(me: VALUE, task: &Task) -> Result<String, Error> {
-    let mut s = format!("#<Thread:{:#018x}", me);
+pub(super) fn thread_to_s(ruby: &Ruby, me: Value, task: &Task) -> Result<String, Error> {
+    let mut s = format!("#<Thread:{:#018x}", sys::raw(me));
     let name = sys::funcall(me, sys::name!(c"name"), &[])?;
-    if name != QNIL {
+    if !name.is_nil() {
         s.push('@');
-        s.push_str(&String::try_convert(sys::value(name))?);
+        s.push_str(&String::try_convert(name)?);
     }
-    let block = task.block();
-    if block != QNIL {
+    let block = task.block(ruby);
+    if !block.is_nil() {
         let loc = sys::funcall(block, sys::name!(c"source_location"), &[])?;
-        if let Ok((file, line)) = <(String, i64)>::try_convert(sys::value(loc)) {
+        if let Ok((file, line)) = <(String, i64)>::try_convert(loc) {
             s.push_str(&format!(" {}:{}", file, line));
         }
     }
