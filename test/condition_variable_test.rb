@@ -279,6 +279,19 @@ class ConditionVariableTest < RapidThreadTest
     assert_match(/SystemExit: exit/, outs[1])
   end
 
+  # The native Mutex#sleep path is for a real Thread::Mutex, whatever the
+  # constant names: with `Thread::Mutex` rebound to another class, an
+  # object of it gets its own `sleep` called (as by stock), and a real
+  # mutex still waits and times out (it once raised TypeError for the
+  # first).
+  def test_a_rebound_mutex_constant_matches_stock
+    outs = %w[stock gem].map do |impl|
+      child_output("condition_variable/rebound_mutex_constant_matches_stock", impl)
+    end
+    assert_equal outs[0], outs[1]
+    assert_equal "[:fake_sleep, 0.01]\nnil\n", outs[1]
+  end
+
   # A waiter chosen by a signal and then killed passes the signal on; when
   # the next waiter's fiber scheduler raises in `unblock`, the kill must
   # still end the killed thread (Ruby has marked it as being killed: an

@@ -91,7 +91,7 @@ fn internal_panic_for_tests() -> Result<(), Error> {
 fn init(ruby: &Ruby) -> Result<(), Error> {
     sys::install_fork_hook();
     sys::init_statics();
-    sys::mark_main_ractor(ruby);
+    sys::mark_main_ractor(ruby)?;
     spin::init();
     let module = ruby.define_module("RapidThread")?;
     module.define_singleton_method("spin_us", function!(spin::spin_us, 0))?;

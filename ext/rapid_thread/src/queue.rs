@@ -13,8 +13,8 @@ use crate::wait::{self, park};
 use magnus::gc::{Compactor, Marker};
 use magnus::scan_args::{get_kwargs, scan_args};
 use magnus::{
-    method, prelude::*, DataTypeFunctions, Error, Integer, RArray, RClass, RHash, RModule, Ruby,
-    TypedData, Value,
+    method, prelude::*, DataTypeFunctions, Error, Integer, RClass, RHash, RModule, Ruby, TypedData,
+    Value,
 };
 
 #[derive(Default)]
@@ -312,7 +312,7 @@ impl Queue {
                             // items back, the error staying the one raised.
                             self.state
                                 .with(|s| sys::ary_put_back_front(ary, &mut s.items));
-                            sys::write_barrier_from(rb_self, ary, 0, taken);
+                            sys::write_barrier_from(rb_self, sys::Items::of(ary), 0, taken);
                             sys::gc_guard(sys::raw(ary.as_value()));
                             return Err(wait::after_error(&ruby, e, || {
                                 wait::wake_n(&self.state, poppers, taken).map(drop)
@@ -353,7 +353,7 @@ impl Queue {
     pub fn push_values(
         &self,
         rb_self: Value,
-        vals: RArray,
+        vals: sys::Items,
         should_block: bool,
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
@@ -365,7 +365,7 @@ impl Queue {
         }
         let ruby = Ruby::get_with(rb_self);
         let deadline = wait::deadline_after(timeout);
-        let n = sys::ary_len(vals);
+        let n = vals.len();
         let mut done = 0;
         let mut first = true;
         loop {
@@ -614,22 +614,22 @@ impl sys::FastMethodV for PopFast {
 /// `push_all`'s argument, converted as `Queue.new` does, passed to `f` and
 /// kept on this stack frame until it returns. For a SizedQueue, whose
 /// push_all reads it across waits while other threads run and the GC may
-/// move the items, a private copy (`sys::ary_private_copy`); an unbounded
+/// move the items, a private copy (`sys::Items::private_copy`); an unbounded
 /// Queue appends everything before any Ruby code can run, so it reads the
 /// Array as it is.
 pub fn with_values<R>(
     q: &Queue,
     enumerable: Value,
-    f: impl FnOnce(RArray) -> Result<R, Error>,
+    f: impl FnOnce(sys::Items) -> Result<R, Error>,
 ) -> Result<R, Error> {
     let ary = sys::to_array(enumerable)?;
     let vals = if q.state.with(|s| s.max == 0) {
-        ary
+        sys::Items::of(ary)
     } else {
-        sys::ary_private_copy(ary)?
+        sys::Items::private_copy(ary)?
     };
     let r = f(vals);
-    sys::gc_guard(sys::raw(vals.as_value()));
+    vals.guard();
     sys::gc_guard(sys::raw(ary.as_value()));
     r
 }

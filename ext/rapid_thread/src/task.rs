@@ -16,16 +16,17 @@ use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::errors;
-use crate::spin;
-use crate::sys::{self, GvlCell, Held, WaitList};
-use crate::wait::{self, park};
 use magnus::gc::{Compactor, Marker};
 use magnus::scan_args::scan_args;
 use magnus::{
     method, prelude::*, DataTypeFunctions, Error, Exception, RArray, RClass, RModule, Ruby,
     TypedData, Value,
 };
+
+use crate::errors;
+use crate::spin;
+use crate::sys::{self, GvlCell, Held, WaitList};
+use crate::wait::{self, park};
 
 /// What a task still pending asks of the pool (set once by the pool).
 pub struct PendingHooks {

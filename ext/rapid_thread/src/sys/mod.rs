@@ -18,14 +18,19 @@
 //!   [`CurrentThread`], made from one and not Send, prove it too;
 //! * typed wrappers prove a type: magnus's `RArray` and `RClass`,
 //!   [`NativeMutex`] (a Thread::Mutex), [`FreshArray`] (room to fill
-//!   without allocating), [`ClassWord`] (compared, never read through);
+//!   without allocating), [`Items`] (a private copy never handed back to
+//!   Ruby), [`ClassWord`] (compared, never read through);
 //! * a VALUE kept in Rust memory is a [`Held`], which gives its Value back
 //!   only for a `&Ruby`; keeping it alive (marking) is its owner's part,
-//!   as with magnus's `Opaque`. A raw `VALUE` leaves this module only as a
+//!   as with magnus's `Opaque`: GC safety, which the suite checks under
+//!   GC.stress, not a type. A raw `VALUE` leaves this module only as a
 //!   word to compare or guard (`raw`, `QNIL`, `gc_guard`);
 //! * [`typed_ref`] ties its reference to the borrow of a Value;
 //! * a GC callback's `Marker` / `Compactor` proves where marking and
-//!   moving may happen; [`GvlStatic`] checks for the main Ractor's GVL;
+//!   moving may happen; where state is reached through `&mut` that safe
+//!   code could move or share ([`GvlStatic`], a wake-up or handle from a
+//!   wait list), the main Ractor's GVL is checked at run time
+//!   ([`main_ruby`]) and a moved list aborts;
 //! * hot-path method bodies are [`entry0`] and its kin, which Ruby alone
 //!   calls (`unsafe extern "C"`), over the safe `FastMethod*` traits;
 //! * what no type can say is an `unsafe fn` with a `# Safety` section:

@@ -6,7 +6,7 @@ use std::time::Duration;
 use magnus::prelude::*;
 use magnus::rb_sys::{protect, AsRawValue};
 use magnus::value::Lazy;
-use magnus::{Error, RClass, Ruby, Value};
+use magnus::{Error, Ruby, Value};
 use rb_sys::VALUE;
 
 use super::threads::handle_interrupt;
@@ -40,17 +40,27 @@ pub fn time_interval(v: Value) -> Result<Duration, Error> {
 #[derive(Clone, Copy)]
 pub struct NativeMutex(Value);
 
-static THREAD_MUTEX: Lazy<RClass> = Lazy::new(|ruby| {
-    ruby.class_object()
-        .const_get::<_, RClass>("Thread")
-        .unwrap()
-        .const_get("Mutex")
-        .unwrap()
-});
+/// A mutex made for the comparison (kept for the life of the process):
+/// its class is Thread::Mutex whatever the constant names later, and its
+/// typed-data type is the one every mutex has.
+static SAMPLE: Lazy<Value> = Lazy::new(|ruby| ruby.mutex_new().as_value());
 
 impl NativeMutex {
+    /// `m` if its class is Thread::Mutex and it is a mutex's T_DATA.
     pub fn new(ruby: &Ruby, m: Value) -> Option<NativeMutex> {
-        (class_of(m).as_raw() == ruby.get_inner(&THREAD_MUTEX).as_raw()).then_some(NativeMutex(m))
+        let sample = ruby.get_inner(&SAMPLE);
+        let (obj, like) = (m.as_raw(), sample.as_raw());
+        if special_const(obj) || class_of(m).as_raw() != class_of(sample).as_raw() {
+            return None;
+        }
+        // SAFETY: both are live heap objects (Values), so their headers can
+        // be read; the type pointer is read only from a typed T_DATA.
+        let same_type = unsafe {
+            rb_sys::RB_BUILTIN_TYPE(obj) == rb_sys::ruby_value_type::RUBY_T_DATA
+                && rb_sys::RTYPEDDATA_P(obj)
+                && rb_sys::RTYPEDDATA_TYPE(obj) == rb_sys::RTYPEDDATA_TYPE(like)
+        };
+        same_type.then_some(NativeMutex(m))
     }
 
     /// `m.try_lock`, which does not raise for a Thread::Mutex.

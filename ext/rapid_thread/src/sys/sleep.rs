@@ -101,6 +101,7 @@ impl Drop for Sleeper {
 
 impl Sleeper {
     pub fn new(ruby: &Ruby) -> Result<Sleeper, Error> {
+        let id = name!(c"__rapid_thread_sleep_mutex").id(ruby)?;
         let mut mutex = QNIL;
         let slot = &mut mutex as *mut VALUE;
         // SAFETY: reads (and once sets) a hidden ivar of the current
@@ -117,7 +118,6 @@ impl Sleeper {
         // whole call.
         let locked = protect(|| unsafe {
             let fiber = rb_sys::rb_fiber_current();
-            let id = name!(c"__rapid_thread_sleep_mutex").id(ruby);
             let cached = rb_sys::rb_ivar_get(fiber, id);
             let m = if cached != QNIL
                 && rb_sys::rb_mutex_locked_p(cached) == rb_sys::special_consts::Qfalse as VALUE

@@ -218,10 +218,11 @@ pub fn call_proc(proc: Value, args: Option<RArray>, kw_splat: bool) -> Result<Va
         None => protect(|| unsafe {
             rb_sys::rb_proc_call_with_block_kw(proc, 0, std::ptr::null(), QNIL, 0)
         }),
-        // SAFETY: `args` is an Array (its type); the call checks the
-        // receiver's type and may raise or throw, caught by protect.
         Some(args) => {
-            protect(|| unsafe { rb_sys::rb_proc_call_kw(proc, args.as_raw(), kw_splat as _) })
+            let args = args.as_raw();
+            // SAFETY: `args` is an Array (its type); the call checks the
+            // receiver's type and may raise or throw, caught by protect.
+            protect(|| unsafe { rb_sys::rb_proc_call_kw(proc, args, kw_splat as _) })
         }
     }?;
     // SAFETY: the block's result, alive on this stack.
@@ -265,20 +266,31 @@ impl Name {
         }
     }
 
-    /// Interning a name for the first time allocates (and can raise
-    /// NoMemoryError): call it inside `protect` unless the name surely
-    /// exists already. The handle proves the GVL.
-    pub fn id(&self, _: &Ruby) -> rb_sys::ID {
+    /// The ID; interning the name the first time allocates (and can raise
+    /// NoMemoryError: the Err). The handle proves the GVL.
+    #[inline]
+    pub fn id(&self, _: &Ruby) -> Result<rb_sys::ID, Error> {
         match self.id.load(Ordering::Relaxed) {
-            0 => {
-                // SAFETY: interning a NUL-terminated static name; the ID
-                // of a name interned this way is never freed.
-                let id = unsafe { rb_sys::rb_intern(self.name.as_ptr()) };
-                self.id.store(id as usize, Ordering::Relaxed);
-                id
-            }
-            id => id as rb_sys::ID,
+            0 => self.intern(),
+            id => Ok(id as rb_sys::ID),
         }
+    }
+
+    #[cold]
+    fn intern(&self) -> Result<rb_sys::ID, Error> {
+        let mut id: rb_sys::ID = 0;
+        let slot = &mut id as *mut rb_sys::ID;
+        let name = self.name.as_ptr();
+        // SAFETY: interning a NUL-terminated static name (GVL held: the
+        // caller's handle) allocates and may raise, caught by protect;
+        // `id` outlives the closure. The ID of a name interned this way is
+        // never freed.
+        protect(|| unsafe {
+            *slot = rb_sys::rb_intern(name);
+            QNIL
+        })?;
+        self.id.store(id as usize, Ordering::Relaxed);
+        Ok(id)
     }
 }
 
@@ -293,17 +305,11 @@ pub(crate) use name;
 
 /// `recv.name(*args)`, protected.
 pub fn funcall(recv: Value, name: &Name, args: &[Value]) -> Result<Value, Error> {
-    let ruby = Ruby::get_with(recv);
-    // SAFETY: a method call that may raise (interning a new name
-    // allocates); caught by protect. `args` outlives the call (Value is a
-    // transparent VALUE).
+    let id = name.id(&Ruby::get_with(recv))?;
+    // SAFETY: a method call that may raise; caught by protect. `args`
+    // outlives the call (Value is a transparent VALUE).
     let r = protect(|| unsafe {
-        rb_sys::rb_funcallv(
-            recv.as_raw(),
-            name.id(&ruby),
-            args.len() as _,
-            args.as_ptr().cast(),
-        )
+        rb_sys::rb_funcallv(recv.as_raw(), id, args.len() as _, args.as_ptr().cast())
     })?;
     // SAFETY: the call's result, alive on this stack.
     Ok(unsafe { value(r) })
@@ -317,20 +323,19 @@ pub fn funcalls<const N: usize>(
     ruby: &Ruby,
     calls: [(Value, &Name, &[Value]); N],
 ) -> Result<[Value; N], Error> {
+    let mut ids: [rb_sys::ID; N] = [0; N];
+    for (id, (_, name, _)) in ids.iter_mut().zip(calls.iter()) {
+        *id = name.id(ruby)?;
+    }
     let mut out = [QNIL; N];
     let slots = out.as_mut_ptr();
-    // SAFETY: method calls that may raise (interning a new name
-    // allocates); caught by protect. `slots` points at `out`, on this
+    // SAFETY: method calls that may raise; caught by protect. `slots` points at `out`, on this
     // stack for the whole call (and scanned by the GC there), with room
     // for N values; the argument slices outlive the call.
     protect(|| unsafe {
-        for (i, (recv, name, args)) in calls.iter().enumerate() {
-            *slots.add(i) = rb_sys::rb_funcallv(
-                recv.as_raw(),
-                name.id(ruby),
-                args.len() as _,
-                args.as_ptr().cast(),
-            );
+        for (i, (recv, _, args)) in calls.iter().enumerate() {
+            *slots.add(i) =
+                rb_sys::rb_funcallv(recv.as_raw(), ids[i], args.len() as _, args.as_ptr().cast());
         }
         QNIL
     })?;
@@ -348,8 +353,8 @@ pub fn global_variable(_: &Ruby, name: &std::ffi::CStr) -> Value {
 
 /// Empties a thread's `thread_variable_set` storage (the hash Ruby keeps in
 /// the thread's hidden `locals` ivar), if it has any.
-pub fn clear_thread_variables(thread: Value) {
-    let id = name!(c"locals").id(&Ruby::get_with(thread));
+pub fn clear_thread_variables(thread: Value) -> Result<(), Error> {
+    let id = name!(c"locals").id(&Ruby::get_with(thread))?;
     // SAFETY: reading an ivar of a live object; rb_ivar_get returns nil for
     // an unset one. rb_hash_clear on an unfrozen Hash does not raise, and
     // a frozen one is left alone.
@@ -363,6 +368,7 @@ pub fn clear_thread_variables(thread: Value) {
             rb_sys::rb_hash_clear(locals);
         }
     }
+    Ok(())
 }
 
 /// Whether Ruby code set instance variables (`@name`s) on the thread;
@@ -472,6 +478,7 @@ pub(super) fn handle_interrupt(
     block: BlockFn,
     data: VALUE,
 ) -> Result<VALUE, Error> {
+    let id = name!(c"handle_interrupt").id(ruby)?;
     // SAFETY: builds `{Object => :mask}` and calls Thread.handle_interrupt
     // with a C block; the caller keeps whatever `data` points to alive for
     // the call. Everything may raise or jump: caught by protect.
@@ -479,13 +486,6 @@ pub(super) fn handle_interrupt(
         let h = rb_sys::rb_hash_new();
         let sym = rb_sys::rb_id2sym(rb_sys::rb_intern(mask.as_ptr()));
         rb_sys::rb_hash_aset(h, rb_sys::rb_cObject, sym);
-        rb_sys::rb_block_call(
-            rb_sys::rb_cThread,
-            name!(c"handle_interrupt").id(ruby),
-            1,
-            &h,
-            Some(block),
-            data,
-        )
+        rb_sys::rb_block_call(rb_sys::rb_cThread, id, 1, &h, Some(block), data)
     })
 }

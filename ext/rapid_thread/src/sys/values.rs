@@ -124,24 +124,37 @@ impl<T> GvlStatic<T> {
         &self.0
     }
 
-    /// A handle to Ruby's API, once the main Ractor's GVL has been checked
-    /// (as `cell` does): for code that reaches the state without one.
-    pub fn ruby(&self) -> Ruby {
-        self.cell();
-        // SAFETY: checked just now: a Ruby thread holding the GVL.
-        unsafe { Ruby::get_unchecked() }
-    }
-
     /// The cell, for the helpers that take one (`wait::enlisted`,
     /// `wait::wake_*`), once the GVL has been checked.
     #[inline]
     pub fn cell(&self) -> &GvlCell<T> {
-        // SAFETY: a plain query of the current native thread's state.
-        if unsafe { ruby_thread_has_gvl_p() } == 0 || !in_main_ractor() {
-            without_the_gvl();
-        }
+        check_main_gvl();
         &self.0
     }
+
+    /// A handle to Ruby's API, once the main Ractor's GVL has been checked
+    /// (as `cell` does): for code that reaches the state without one.
+    pub fn ruby(&self) -> Ruby {
+        main_ruby()
+    }
+}
+
+/// Aborts unless the caller holds the main Ractor's GVL.
+#[inline]
+fn check_main_gvl() {
+    // SAFETY: a plain query of the current native thread's state.
+    if unsafe { ruby_thread_has_gvl_p() } == 0 || !in_main_ractor() {
+        without_the_gvl();
+    }
+}
+
+/// A handle to Ruby's API for the main Ractor's state (the thread cache,
+/// wait lists), checked: aborts unless the caller holds the main Ractor's
+/// GVL.
+pub fn main_ruby() -> Ruby {
+    check_main_gvl();
+    // SAFETY: checked just now: a Ruby thread holding the GVL.
+    unsafe { Ruby::get_unchecked() }
 }
 
 #[cold]
@@ -158,17 +171,27 @@ static MAIN_RACTOR_KEY: AtomicPtr<rb_sys::rb_ractor_local_key_struct> =
     AtomicPtr::new(std::ptr::null_mut());
 static MAIN_MARK: u8 = 0;
 
-/// Fills the main Ractor's slot (see `MAIN_RACTOR_KEY`). An extension
-/// loads in the main Ractor (`require` runs there only): called from init.
-pub fn mark_main_ractor(_: &Ruby) {
-    let mark = &MAIN_MARK as *const u8 as *mut std::ffi::c_void;
-    // SAFETY: GVL held (the handle), in the main Ractor (see above); a key
-    // with no type (nothing to mark or free), made once for the process.
-    unsafe {
-        let key = rb_sys::rb_ractor_local_storage_ptr_newkey(std::ptr::null());
-        rb_sys::rb_ractor_local_storage_ptr_set(key, mark);
-        MAIN_RACTOR_KEY.store(key, Ordering::Release);
-    }
+/// Fills the main Ractor's slot (see `MAIN_RACTOR_KEY`), once: the first
+/// call decides, and it is the extension's init's (the crate's first
+/// code to run, in the main Ractor: `require` runs there only).
+pub fn mark_main_ractor(_: &Ruby) -> Result<(), Error> {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    let mut r = Ok(());
+    ONCE.call_once(|| {
+        let mark = &MAIN_MARK as *const u8 as *mut std::ffi::c_void;
+        // SAFETY: GVL held (the handle), in the main Ractor (see above); a
+        // key with no type (nothing to mark or free), made once for the
+        // process; both calls allocate and may raise NoMemoryError, caught
+        // by protect.
+        r = protect(|| unsafe {
+            let key = rb_sys::rb_ractor_local_storage_ptr_newkey(std::ptr::null());
+            rb_sys::rb_ractor_local_storage_ptr_set(key, mark);
+            MAIN_RACTOR_KEY.store(key, Ordering::Release);
+            QNIL
+        })
+        .map(drop);
+    });
+    r
 }
 
 /// Whether the calling Ruby thread, which holds its Ractor's GVL, belongs
@@ -354,10 +377,10 @@ pub fn typed_ref<T: TypedData>(v: &Value) -> Option<&T> {
 #[inline(always)]
 pub fn typed_ref_held<'a, T: TypedData>(ruby: &Ruby, h: &'a Held) -> Option<&'a T> {
     let v = h.get(ruby);
-    // SAFETY: the object is alive while its owner holds `h` (marked; a
-    // copy of `h` on a stack is seen there by the GC), and the Rust
-    // struct behind a T_DATA does not move with its object: the borrow may
-    // outlive the local `v` and last as long as that of `h`.
+    // SAFETY: the object is alive while its owner holds `h` (and marks
+    // it), which the borrow of `h` outlasts; the Rust struct behind a
+    // T_DATA does not move with its object: the borrow may outlive the
+    // local `v` and last as long as that of `h`.
     typed_ref::<T>(&v).map(|r| unsafe { &*(r as *const T) })
 }
 
@@ -504,22 +527,46 @@ pub fn ary_take_front(ary: &mut FreshArray, items: &mut VecDeque<Held>, k: usize
     k
 }
 
-/// A private copy of the Array `ary`, hidden from Ruby code: a caller that
-/// reads its elements across a wait (SizedQueue#push_all) sees neither the
-/// user's changes to `ary` nor objects the GC freed or moved (the copy
-/// marks its elements and compaction updates its slots). The caller keeps
-/// the copy on its stack (`gc_guard`) while it uses it.
-pub fn ary_private_copy(ary: RArray) -> Result<RArray, Error> {
-    let a = ary.as_raw();
-    // SAFETY: `ary` is a T_ARRAY; rb_ary_dup allocates (may raise
-    // NoMemoryError, caught by protect); rb_obj_hide only clears the class.
-    let copy = protect(|| unsafe {
-        let copy = rb_sys::rb_ary_dup(a);
-        rb_sys::rb_obj_hide(copy);
-        copy
-    })?;
-    // SAFETY: rb_ary_dup returned a live T_ARRAY.
-    Ok(unsafe { array(copy) })
+/// The items a batch appends (`push_all`): the caller's Array, or a
+/// private copy of it hidden from Ruby code ([`Items::private_copy`]),
+/// which this type never hands back to Ruby (a hidden object has no
+/// class: a method call on it would crash).
+#[derive(Clone, Copy)]
+pub struct Items(RArray);
+
+impl Items {
+    /// The caller's Array as it is.
+    pub fn of(ary: RArray) -> Items {
+        Items(ary)
+    }
+
+    /// A private copy of `ary`: a caller that reads the elements across a
+    /// wait (SizedQueue#push_all) sees neither the user's changes to
+    /// `ary` nor objects the GC freed or moved (the copy marks its
+    /// elements and compaction updates its slots). The caller keeps the
+    /// copy on its stack (`guard`) while it uses it.
+    pub fn private_copy(ary: RArray) -> Result<Items, Error> {
+        let a = ary.as_raw();
+        // SAFETY: `ary` is a T_ARRAY; rb_ary_dup allocates (may raise
+        // NoMemoryError, caught by protect); rb_obj_hide only clears the
+        // class.
+        let copy = protect(|| unsafe {
+            let copy = rb_sys::rb_ary_dup(a);
+            rb_sys::rb_obj_hide(copy);
+            copy
+        })?;
+        // SAFETY: rb_ary_dup returned a live T_ARRAY.
+        Ok(Items(unsafe { array(copy) }))
+    }
+
+    pub fn len(self) -> usize {
+        ary_len(self.0)
+    }
+
+    /// Keeps the Array on the caller's stack up to here (`gc_guard`).
+    pub fn guard(self) {
+        super::gc_guard(self.0.as_raw());
+    }
 }
 
 /// The length of an Array.
@@ -538,9 +585,9 @@ pub fn ary_entry(ary: RArray, i: usize) -> Value {
 /// Appends `ary[from, k]` to `items` in one copy. Neither allocates in
 /// Ruby nor calls Ruby code, so the elements cannot change or move
 /// meanwhile; panics past the end of `ary`.
-pub fn ary_extend_from(ary: RArray, from: usize, k: usize, items: &mut VecDeque<Held>) {
+pub fn ary_extend_from(ary: Items, from: usize, k: usize, items: &mut VecDeque<Held>) {
     // SAFETY: extending a VecDeque calls no Ruby.
-    unsafe { with_ary_slice(ary, from, k, |s| items.extend(s.iter().map(|&v| Held(v)))) };
+    unsafe { with_ary_slice(ary.0, from, k, |s| items.extend(s.iter().map(|&v| Held(v)))) };
 }
 
 /// Runs `f` on `ary[from, k]` as a slice (panics, not reads out of
@@ -565,10 +612,10 @@ unsafe fn with_ary_slice<R>(
 
 /// The write barrier for storing `ary[from, k]` into `parent` (after
 /// `ary_extend_from`).
-pub fn write_barrier_from(parent: Value, ary: RArray, from: usize, k: usize) {
+pub fn write_barrier_from(parent: Value, ary: Items, from: usize, k: usize) {
     // SAFETY: a write barrier neither calls Ruby code nor allocates.
     unsafe {
-        with_ary_slice(ary, from, k, |s| {
+        with_ary_slice(ary.0, from, k, |s| {
             s.iter().for_each(|&v| write_barrier(parent, Held(v)))
         })
     };
@@ -800,6 +847,7 @@ pub fn only_keyword(hash_value: Value, key: &super::Name) -> Option<Value> {
     if special_const(hash) {
         return None;
     }
+    let id = key.id(&Ruby::get_with(hash_value)).ok()?;
     unsafe extern "C" fn first_entry(k: VALUE, v: VALUE, out: VALUE) -> std::os::raw::c_int {
         // SAFETY: `out` is the address of the caller's `[VALUE; 2]`, alive
         // for the whole iteration.
@@ -823,7 +871,6 @@ pub fn only_keyword(hash_value: Value, key: &super::Name) -> Option<Value> {
         }
         rb_sys::rb_hash_foreach(hash, Some(first_entry), entry.as_mut_ptr() as VALUE);
         // The value is alive: the Hash, a Value of the caller's, holds it.
-        (entry[0] == rb_sys::rb_id2sym(key.id(&Ruby::get_with(hash_value))))
-            .then(|| value(entry[1]))
+        (entry[0] == rb_sys::rb_id2sym(id)).then(|| value(entry[1]))
     }
 }

@@ -47,6 +47,9 @@ pub struct Waiter {
     list_last_wake: Cell<u64>,
     /// The CPU the list's last waker ran on (-1: unknown), as seen at entry.
     list_last_wake_cpu: Cell<i32>,
+    /// The list it is enlisted on (`enter`): `leave` must be called on that
+    /// one, at that address (see `leave`).
+    list: Cell<*const WaitList>,
     thread: VALUE,
     fiber: VALUE,
     /// The fiber scheduler to unblock through, or nil.
@@ -103,6 +106,7 @@ impl Waiter {
             scheduler,
             blocker,
             group: ptr::null(),
+            list: Cell::new(ptr::null()),
         }
     }
 
@@ -158,13 +162,10 @@ impl Waiter {
         self.list_last_wake_cpu.get()
     }
 
-    /// A handle to Ruby's API: a waiter is made only on a Ruby thread
-    /// holding the GVL (`current` takes a Value), is not Send, and every
-    /// function that gives the GVL up while it exists takes it back before
-    /// returning (or runs code that may not touch Ruby: `without_gvl`).
+    /// A handle to Ruby's API for the waiter's own code, checked
+    /// ([`main_ruby`]: every wait list is the main Ractor's).
     pub fn ruby(&self) -> Ruby {
-        // SAFETY: as said above.
-        unsafe { Ruby::get_unchecked() }
+        main_ruby()
     }
 
     pub fn set_sleeping(&self) {
@@ -221,16 +222,19 @@ pub struct WakeTarget {
 }
 
 impl WakeTarget {
-    /// A handle to Ruby's API: made by `Waiter::signal` under the GVL and
-    /// not Send (see `Waiter::ruby`).
+    /// A handle to Ruby's API for the waker, checked (see `Waiter::ruby`).
     pub fn ruby(&self) -> Ruby {
-        // SAFETY: as said above.
-        unsafe { Ruby::get_unchecked() }
+        main_ruby()
     }
 
     /// Completes a wake-up. `false` means the thread is dead and the
-    /// wake-up should go to the next waiter.
+    /// wake-up should go to the next waiter. A wake-up that calls Ruby
+    /// checks for the main Ractor's GVL first (`main_ruby`): the list it
+    /// came from was reached through `&mut`, which safe code can move.
     pub fn wake(self) -> Result<bool, Error> {
+        if self.scheduler != QNIL || self.sleeping {
+            main_ruby();
+        }
         if self.scheduler != QNIL {
             // SAFETY: may call Ruby code and raise; caught by protect.
             protect(|| unsafe {
@@ -247,6 +251,17 @@ impl WakeTarget {
             Ok(true)
         }
     }
+}
+
+#[cold]
+#[inline(never)]
+fn list_moved() -> ! {
+    use std::io::Write;
+    let _ = writeln!(
+        std::io::stderr(),
+        "rapid_thread: a wait list moved while a waiter was on it (a bug); aborting"
+    );
+    std::process::abort()
 }
 
 /// A list of waiters with O(1) push, pop at either end and removal from
@@ -359,6 +374,7 @@ impl WaitList {
         w.linked.set(true);
         self.linked += 1;
         w.fork_gen.set(fork_generation());
+        w.list.set(self);
         w.list_last_wake.set(last_wake);
         w.list_last_wake_cpu.set(last_wake_cpu);
         // A group is as active as the most active of its lists.
@@ -433,6 +449,12 @@ impl WaitList {
     fn leave(&mut self, w: &Waiter) {
         if w.fork_gen.get() != fork_generation() {
             return;
+        }
+        if !ptr::eq(w.list.get(), self) {
+            // The list moved while the waiter was on it (safe code can
+            // `mem::take` a list it holds by `&mut`): it still points at
+            // this stack frame, which is about to go.
+            list_moved();
         }
         if w.linked.get() {
             self.unlink(w);

@@ -437,7 +437,7 @@ pub(super) fn clean_thread(
             sys::funcall(me, sys::name!(c"[]="), &[k, nil])?;
         }
     }
-    sys::clear_thread_variables(me);
+    sys::clear_thread_variables(me)?;
     if sys::has_user_ivars(me) {
         // Instance variables set on Thread.current (Rails 7 keeps its
         // per-thread execution state, CurrentAttributes included, in one):
