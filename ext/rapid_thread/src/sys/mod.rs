@@ -28,9 +28,9 @@
 //! * [`typed_ref`] ties its reference to the borrow of a Value;
 //! * a GC callback's `Marker` / `Compactor` proves where marking and
 //!   moving may happen; where state is reached through `&mut` that safe
-//!   code could move or share ([`GvlStatic`], a wake-up or handle from a
-//!   wait list), the main Ractor's GVL is checked at run time
-//!   ([`main_ruby`]) and a moved list aborts;
+//!   code could move or share ([`GvlStatic`], a wait list's waiters), the
+//!   main Ractor's GVL is checked at run time ([`main_ruby`]: making a
+//!   waiter, handing one out) and leaving a list that moved aborts;
 //! * hot-path method bodies are [`entry0`] and its kin, which Ruby alone
 //!   calls (`unsafe extern "C"`), over the safe `FastMethod*` traits;
 //! * what no type can say is an `unsafe fn` with a `# Safety` section:

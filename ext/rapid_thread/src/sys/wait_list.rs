@@ -66,6 +66,8 @@ pub struct Waiter {
 impl Waiter {
     /// A waiter for the current thread and fiber, blocked on `blocker`.
     pub fn current(blocker: Value) -> Waiter {
+        // Wait lists are the main Ractor's (see `hand_out`).
+        main_ruby();
         let blocker = blocker.as_raw();
         // SAFETY: plain queries of the current thread, GVL held (a Value
         // proves it); the thread, its fiber and scheduler, and the
@@ -162,10 +164,15 @@ impl Waiter {
         self.list_last_wake_cpu.get()
     }
 
-    /// A handle to Ruby's API for the waiter's own code, checked
-    /// ([`main_ruby`]: every wait list is the main Ractor's).
+    /// A handle to Ruby's API for the waiter's code: a waiter is made only
+    /// on a thread holding the main Ractor's GVL (`current` checks), is
+    /// not Send, reaches another thread only through a list's hand-out
+    /// (which checks too), and every function that gives the GVL up while
+    /// it exists takes it back before returning (or runs code that may
+    /// not touch Ruby: `without_gvl`).
     pub fn ruby(&self) -> Ruby {
-        main_ruby()
+        // SAFETY: as said above.
+        unsafe { Ruby::get_unchecked() }
     }
 
     pub fn set_sleeping(&self) {
@@ -222,19 +229,18 @@ pub struct WakeTarget {
 }
 
 impl WakeTarget {
-    /// A handle to Ruby's API for the waker, checked (see `Waiter::ruby`).
+    /// A handle to Ruby's API for the waker: a target is made by
+    /// `Waiter::signal` on a waiter that a list's checked hand-out gave a
+    /// holder of the main Ractor's GVL, and is not Send (see
+    /// `Waiter::ruby`).
     pub fn ruby(&self) -> Ruby {
-        main_ruby()
+        // SAFETY: as said above.
+        unsafe { Ruby::get_unchecked() }
     }
 
     /// Completes a wake-up. `false` means the thread is dead and the
-    /// wake-up should go to the next waiter. A wake-up that calls Ruby
-    /// checks for the main Ractor's GVL first (`main_ruby`): the list it
-    /// came from was reached through `&mut`, which safe code can move.
+    /// wake-up should go to the next waiter.
     pub fn wake(self) -> Result<bool, Error> {
-        if self.scheduler != QNIL || self.sleeping {
-            main_ruby();
-        }
         if self.scheduler != QNIL {
             // SAFETY: may call Ruby code and raise; caught by protect.
             protect(|| unsafe {
@@ -421,6 +427,15 @@ impl WaitList {
     /// returns it. Members of a group already woken through another list
     /// are unlinked and passed over: the wake-up goes to the next waiter.
     fn hand_out(&mut self, from_head: bool) -> Option<&Waiter> {
+        if self.head.is_null() {
+            return None;
+        }
+        // The waiters' frames are other threads', whose links and flags
+        // only holders of the main Ractor's GVL touch: a list reached
+        // through `&mut` can be moved or sent away by safe code, so the
+        // one check stands here, where another thread's waiter is reached.
+        #[cfg(not(test))]
+        main_ruby();
         loop {
             let w = if from_head { self.head } else { self.tail };
             // SAFETY: see `unlink`.
