@@ -131,17 +131,11 @@ impl<T> GvlStatic<T> {
         check_main_gvl();
         &self.0
     }
-
-    /// A handle to Ruby's API, once the main Ractor's GVL has been checked
-    /// (as `cell` does): for code that reaches the state without one.
-    pub fn ruby(&self) -> Ruby {
-        main_ruby()
-    }
 }
 
 /// Aborts unless the caller holds the main Ractor's GVL.
 #[inline]
-fn check_main_gvl() {
+pub(super) fn check_main_gvl() {
     // SAFETY: a plain query of the current native thread's state.
     if unsafe { ruby_thread_has_gvl_p() } == 0 || !in_main_ractor() {
         without_the_gvl();

@@ -67,7 +67,7 @@ impl Waiter {
     /// A waiter for the current thread and fiber, blocked on `blocker`.
     pub fn current(blocker: Value) -> Waiter {
         // Wait lists are the main Ractor's (see `hand_out`).
-        main_ruby();
+        check_main_gvl();
         let blocker = blocker.as_raw();
         // SAFETY: plain queries of the current thread, GVL held (a Value
         // proves it); the thread, its fiber and scheduler, and the
@@ -435,7 +435,7 @@ impl WaitList {
         // through `&mut` can be moved or sent away by safe code, so the
         // one check stands here, where another thread's waiter is reached.
         #[cfg(not(test))]
-        main_ruby();
+        check_main_gvl();
         loop {
             let w = if from_head { self.head } else { self.tail };
             // SAFETY: see `unlink`.

@@ -154,7 +154,7 @@ pub(super) fn next_task(ruby: &Ruby, live: &mut Live, me: Value) -> Result<Optio
             idle,
             End::Newest,
             sys::nil(ruby),
-            |p: &mut Pool| p.has_pending(&POOL.ruby()),
+            |p: &mut Pool| p.has_pending(&sys::main_ruby()),
             |w| {
                 wait::block(w, deadline, false)?;
                 Ok(w.signaled())
