@@ -20,6 +20,18 @@ module BenchProbe
     @cpu0 = t.utime + t.stime
   end
 
+  # start, from a collected heap: for rows that compare programs loading
+  # different code (drop-in mode loads the gem; stock does not). Where the
+  # process's next major GC falls depends on all it loaded, and in a short
+  # row one major GC is the whole difference: minitest_parallel (32 ms,
+  # Ruby 3.1.2) ran 0.91x stock with the gem loaded, and as much slower
+  # with `-rostruct -rset` and no gem at all, one major GC more in its
+  # window; after GC.start both ran at stock's time (docs/benchmarks.md).
+  def self.start_collected
+    GC.start
+    start
+  end
+
   # Records the measurement now: what the script does afterwards (an
   # untimed check, such as spawn_after_burst's thread count after
   # idle_timeout) is not measured.

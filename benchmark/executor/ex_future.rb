@@ -6,7 +6,7 @@ require_relative "executor_impl"
 n = ExecBench.n(10_000)
 ex = ExecBench.io
 Concurrent::Promises.future_on(ex) { 0 }.value! # the first worker
-BenchProbe.start
+BenchProbe.start_collected
 sum = 0
 n.times { |i| sum += Concurrent::Promises.future_on(ex, i) { |x| x }.value! }
 ExecBench.check("sum", sum, n * (n - 1) / 2)

@@ -5,7 +5,7 @@ require_relative "executor_impl"
 n = ExecBench.n(100_000)
 pool = ExecBench.pool(4)
 latch = Concurrent::CountDownLatch.new(n)
-BenchProbe.start
+BenchProbe.start_collected
 n.times { pool.post { latch.count_down } }
 ExecBench.check("latch", latch.wait(60), true)
 BenchProbe.finish

@@ -4,7 +4,7 @@ require_relative "executor_impl"
 
 n = ExecBench.n(4_000)
 ex = ExecBench.io
-BenchProbe.start
+BenchProbe.start_collected
 sum = 0
 n.times do |i|
   sum += Concurrent::Promises.future_on(ex, i) { |x| x }.then_on(ex) { |x| x + 1 }.then_on(ex) { |x| x * 2 }

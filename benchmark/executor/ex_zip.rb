@@ -4,7 +4,7 @@ require_relative "executor_impl"
 
 n = ExecBench.n(300)
 ex = ExecBench.io
-BenchProbe.start
+BenchProbe.start_collected
 total = 0
 n.times do
   total += Concurrent::Promises.zip(*Array.new(50) { |i| Concurrent::Promises.future_on(ex, i) { |x| x } }).value!.sum

@@ -17,7 +17,7 @@ Dir.mktmpdir do |dir|
       per_thread.times.sum { ActiveRecord::Base.connection_pool.with_connection { |c| c.select_value("select 1") } }
     end
   end
-  BenchProbe.start
+  BenchProbe.start_collected
   16.times { go << true }
   LibBench.check("sum", threads.sum(&:value), 16 * per_thread)
   BenchProbe.finish

@@ -14,6 +14,6 @@ threads = Array.new(16) do
     count
   end
 end
-BenchProbe.start
+BenchProbe.start_collected
 16.times { go << true }
 LibBench.check("checkouts", threads.sum(&:value), 16 * per_thread)

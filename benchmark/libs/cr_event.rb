@@ -13,7 +13,7 @@ other = Thread.new do
     theirs.set
   end
 end
-BenchProbe.start
+BenchProbe.start_collected
 n.times do
   mine.set
   theirs.wait

@@ -6,7 +6,7 @@ require "concurrent"
 n = LibBench.n(100_000)
 pool = LibBench.floor? ? Concurrent::ImmediateExecutor.new : Concurrent::FixedThreadPool.new(4)
 latch = Concurrent::CountDownLatch.new(n)
-BenchProbe.start
+BenchProbe.start_collected
 n.times { pool.post { latch.count_down } }
 LibBench.check("latch", latch.wait(60), true)
 BenchProbe.finish

@@ -7,7 +7,7 @@ require "concurrent"
 n = LibBench.n(10_000)
 executor = LibBench.floor? ? :immediate : :io
 Concurrent::Promises.future_on(executor) { 0 }.value! # the pool's first thread
-BenchProbe.start
+BenchProbe.start_collected
 sum = 0
 n.times { |i| sum += Concurrent::Promises.future_on(executor, i) { |x| x }.value! }
 LibBench.check("sum", sum, n * (n - 1) / 2)

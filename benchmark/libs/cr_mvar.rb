@@ -6,7 +6,7 @@ n = LibBench.n(20_000)
 ping = Concurrent::MVar.new
 pong = Concurrent::MVar.new
 echo = Thread.new { n.times { pong.put(ping.take) } }
-BenchProbe.start
+BenchProbe.start_collected
 sum = 0
 n.times { |i| ping.put(i); sum += pong.take }
 echo.join

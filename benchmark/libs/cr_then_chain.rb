@@ -5,7 +5,7 @@ require "concurrent"
 
 n = LibBench.n(4_000)
 executor = LibBench.floor? ? :immediate : :io
-BenchProbe.start
+BenchProbe.start_collected
 sum = 0
 n.times do |i|
   sum += Concurrent::Promises.future_on(executor, i) { |x| x }.then { |x| x + 1 }.then { |x| x * 2 }.then { |x| x - 2 }.value!

@@ -5,7 +5,7 @@ require "concurrent"
 
 n = LibBench.n(300)
 executor = LibBench.floor? ? :immediate : :io
-BenchProbe.start
+BenchProbe.start_collected
 total = 0
 n.times do
   total += Concurrent::Promises.zip(*Array.new(50) { |i| Concurrent::Promises.future_on(executor, i) { |x| x } }).value!.sum

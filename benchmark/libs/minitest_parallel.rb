@@ -13,7 +13,7 @@ Object.const_set(:BenchParallelTest, klass)
 Minitest.seed = 42
 Minitest.parallel_executor.start
 out = StringIO.new
-BenchProbe.start
+BenchProbe.start_collected
 reporter = Minitest::CompositeReporter.new(Minitest::SummaryReporter.new(out))
 reporter.start
 Minitest::Runnable.runnables.each { |r| r.run(reporter, {}) }

@@ -7,7 +7,7 @@ require_relative "lib_impl"
 require "timeout"
 
 n = LibBench.n(20_000)
-BenchProbe.start
+BenchProbe.start_collected
 sum = 0
 if LibBench.floor?
   n.times { |i| sum += i }
