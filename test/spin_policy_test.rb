@@ -61,6 +61,22 @@ class SpinPolicyTest < Minitest::Test
     assert_equal "woken\n#{PARKS}\n", child_output(child, "gem", cpu: 0)
   end
 
+  # A spin that sees no wake-up parks before it takes the GVL back (spin.rs,
+  # "A spin that ends without"). With 1 µs spins nearly every spin does:
+  # late wake-ups, a Thread#raise and the deadlock detector still reach
+  # the parked waiters.
+  def test_spins_that_see_no_wake_up_park_and_are_still_woken
+    skip "needs more than one CPU" if Etc.nprocessors < 2
+    skip "the portable build has no futexes: its spins do not park" if PORTABLE_BUILD
+    env = { "RAPID_THREAD_SPIN_US" => "1" }
+    out = child_output("spin_policy/spins_that_see_no_wake_up_park_and_are_still_woken", env: env)
+    assert_equal "#{(0...2000).sum}\nraised in the wait\ntrue\n", out
+    child = "spin_policy/threads_parked_in_a_deadlock_are_reported_as_stock_reports_them"
+    stock = child_output(child, "stock")
+    assert_match(/\Afatal\n.*Deadlock/, stock)
+    assert_equal stock, child_output(child, "gem", env: env).lines.first(2).join
+  end
+
   # A list that never woke anyone counts as active as the process (spin.rs,
   # ACTIVE_WINDOW): concurrent-ruby waits on a fresh ConditionVariable for
   # each future. Here every round makes one wait on a long-lived Queue and

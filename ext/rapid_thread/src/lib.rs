@@ -25,6 +25,7 @@ fn spin_stats(ruby: &Ruby) -> Result<RHash, Error> {
     h.aset(ruby.to_symbol("spins"), s.spins)?;
     h.aset(ruby.to_symbol("late_spins"), s.late_spins)?;
     h.aset(ruby.to_symbol("parks"), s.parks)?;
+    h.aset(ruby.to_symbol("spin_parks"), s.spin_parks)?;
     h.aset(ruby.to_symbol("quiet"), s.quiet)?;
     Ok(h)
 }

@@ -50,6 +50,17 @@
 //! 5.0 parked. On a busy machine only where the wake-up will come from the
 //! waiter's own CPU (see [`plan`]), and on Ruby 3.1/3.2 only (see
 //! `parking_allowed`).
+//!
+//! A spin that ends without its wake-up parks too, on every Ruby, for at
+//! most [`PARK_LIMIT`] (`Budget::park`; not in the portable build, which
+//! has no futexes), before it takes the GVL back. Taking it back only to
+//! go to Ruby's sleep queued the futile spinner for the GVL ahead of the
+//! thread that the GVL's holder had just woken, one more GVL hand-off on
+//! the program's critical path: a concurrent-ruby `then` chain (pool
+//! workers handing each step to each other while the caller waits for
+//! the last, longer than a spin) ran 0.82x stock's on Ruby 3.4.5 with
+//! twice its CPU time, 1.43x when its futile spins park
+//! (docs/design-details.md, "Spin, then park").
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -113,6 +124,13 @@ static LATE_SPINS: AtomicU64 = AtomicU64::new(0);
 /// How many waits spun, and how many parked (`RapidThread.spin_stats`).
 static SPINS: AtomicU64 = AtomicU64::new(0);
 static PARKS: AtomicU64 = AtomicU64::new(0);
+/// How many spins saw no wake-up and parked (`RapidThread.spin_stats`).
+static SPIN_PARKS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a spin that saw no wake-up and parked.
+pub fn count_park_after_spin() {
+    SPIN_PARKS.fetch_add(1, Ordering::Relaxed);
+}
 
 pub fn spin_us() -> u32 {
     SPIN_US.load(Ordering::Relaxed)
@@ -132,11 +150,13 @@ pub fn set_gvl_spin_us(us: u32) -> u32 {
     us
 }
 
-/// How long a wait may spin: for its wake-up, then for the GVL.
+/// How long a wait may spin: for its wake-up, then for the GVL; and how
+/// long it parks if the first spin sees no wake-up (None: it does not).
 #[derive(Clone, Copy)]
 pub struct Budget {
     pub signal: Duration,
     pub gvl: Duration,
+    pub park: Option<Duration>,
 }
 
 /// How often the CPU count is read again (`taskset -p` can change it).
@@ -453,9 +473,11 @@ pub fn plan(
         return None;
     }
     SPINS.fetch_add(1, Ordering::Relaxed);
+    let park = until_deadline(PARK_LIMIT, deadline);
     Some(Plan::Spin(Budget {
         signal: until_deadline(Duration::from_micros(u64::from(spin_us)), deadline),
         gvl: Duration::from_micros(u64::from(gvl_spin_us())),
+        park: (sys::PARKING && !park.is_zero()).then_some(park),
     }))
 }
 
@@ -502,6 +524,8 @@ pub struct Stats {
     pub spins: u64,
     pub late_spins: u64,
     pub parks: u64,
+    /// Spins that saw no wake-up and parked.
+    pub spin_parks: u64,
     /// Whether waits are in a quiet period now.
     pub quiet: bool,
 }
@@ -511,6 +535,7 @@ pub fn stats() -> Stats {
         spins: SPINS.load(Ordering::Relaxed),
         late_spins: LATE_SPINS.load(Ordering::Relaxed),
         parks: PARKS.load(Ordering::Relaxed),
+        spin_parks: SPIN_PARKS.load(Ordering::Relaxed),
         quiet: quiet(),
     }
 }

@@ -9,8 +9,9 @@
 //! Blocking is two-phase (docs/design-details.md, "Hand-off"):
 //! 1. with the GVL released, yield the CPU for up to `spin_us` waiting for
 //!    the signal, then for up to `gvl_spin_us` until the waker has given
-//!    up the GVL; or, where no CPU is free to spin on, park on a futex
-//!    for up to `spin::PARK_LIMIT` (`sys::park`);
+//!    up the GVL (a spin that sees no signal parks, as below, before it
+//!    takes the GVL back); or, where no CPU is free to spin on, park on a
+//!    futex for up to `spin::PARK_LIMIT` (`sys::park`);
 //! 2. otherwise fall back to Ruby's own sleep (`sys::Sleeper`: Mutex#sleep
 //!    on a private mutex), which the deadlock detector sees and every
 //!    interrupt wakes.
@@ -185,8 +186,11 @@ pub fn block_from(
         Step::Done => return Ok(()),
         Step::Scheduler => return sys::scheduler_block(w, remaining(deadline)),
         Step::Plan(Plan::Spin(b)) => {
-            let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::LATE);
+            let seen = sys::spin_without_gvl(w, b.signal, b.gvl, spin::LATE, b.park);
             spin::record(seen.noticed_after, seen.cpu_busy);
+            if seen.parked {
+                spin::count_park_after_spin();
+            }
         }
         Step::Plan(Plan::Park(limit)) => sys::park_without_gvl(w, *limit),
         Step::Sleep => {}

@@ -47,6 +47,8 @@ pub struct SpinReport {
     pub noticed_after: Option<Duration>,
     /// A yield came back late: the CPU was busy.
     pub cpu_busy: bool,
+    /// It saw no wake-up in its spin and parked.
+    pub parked: bool,
 }
 
 struct SpinArgs<'a> {
@@ -56,6 +58,8 @@ struct SpinArgs<'a> {
     late: Duration,
     noticed_after: Cell<Option<Duration>>,
     cpu_busy: Cell<bool>,
+    park: Option<Duration>,
+    parked: Cell<bool>,
 }
 
 fn spin_phase(a: &SpinArgs) {
@@ -71,7 +75,13 @@ fn spin_phase(a: &SpinArgs) {
             )));
             break;
         }
-        if w.interrupted.load(Ordering::Relaxed) || start.elapsed() >= a.spin {
+        if w.interrupted.load(Ordering::Relaxed) {
+            return;
+        }
+        if start.elapsed() >= a.spin {
+            if let Some(limit) = a.park {
+                a.parked.set(park_after_spin(w, limit));
+            }
             return;
         }
         if !yield_cpu(a.late) {
@@ -158,8 +168,16 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
 /// Spins for the signal with the GVL released (two-phase, see
 /// docs/design-details.md), yielding the CPU between checks, and stops
 /// early when a yield comes back later than `late` (the CPU is busy). Returns with the
-/// GVL held, and what it saw; never raises.
-pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration, late: Duration) -> SpinReport {
+/// GVL held, and what it saw; never raises. With `park`, a spin that
+/// sees no wake-up within `spin` parks for up to that long (`sys::park`)
+/// before it takes the GVL back.
+pub fn spin_without_gvl(
+    w: &Waiter,
+    spin: Duration,
+    gvl: Duration,
+    late: Duration,
+    park: Option<Duration>,
+) -> SpinReport {
     let args = SpinArgs {
         w,
         spin,
@@ -167,6 +185,8 @@ pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration, late: Duratio
         late,
         noticed_after: Cell::new(None),
         cpu_busy: Cell::new(false),
+        park,
+        parked: Cell::new(false),
     };
     // SAFETY: `args` and the waiter outlive the call; the unblock function
     // only touches the waiter's atomics and wakes its futex (sys::park);
@@ -178,9 +198,16 @@ pub fn spin_without_gvl(w: &Waiter, spin: Duration, gvl: Duration, late: Duratio
             w as *const Waiter as *const c_void,
         )
     };
+    // GVL held: no waker reads it now, and a later one need not wake us.
+    // (Written only where set: a store to the line its waker reads costs
+    // every prompt spin a transfer of it.)
+    if w.parking.load(Ordering::Relaxed) {
+        w.parking.store(false, Ordering::Relaxed);
+    }
     SpinReport {
         noticed_after: args.noticed_after.get(),
         cpu_busy: args.cpu_busy.get(),
+        parked: args.parked.get(),
     }
 }
 

@@ -1,5 +1,6 @@
-//! Parking: the first phase of a wait where no CPU is free to spin on.
-//! The waiter gives up the GVL and sleeps on a futex word in its `Waiter`
+//! Parking: the first phase of a wait where no CPU is free to spin on,
+//! and the end of a spin that saw no wake-up (`park_after_spin`, inside
+//! the spin's own blocking region). The waiter gives up the GVL and sleeps on a futex word in its `Waiter`
 //! until its waker sets the word and wakes it, an interrupt's unblock
 //! function wakes it, or a time limit passes; then it takes the GVL back
 //! as any thread leaving a blocking region does.
@@ -25,6 +26,11 @@ fn park_phase(w: &Waiter, limit: Duration) {
     // A spinner waiting for its waker to give up the GVL may be waiting
     // for us.
     note_gvl_release();
+    sleep_on_word(w, limit);
+}
+
+/// Sleeps on the waiter's futex word until it is set or `limit` passes.
+fn sleep_on_word(w: &Waiter, limit: Duration) {
     let start = Instant::now();
     // The waker sets the word before it wakes the futex, and the unblock
     // function too, so a wake-up or interrupt that lands between the look
@@ -36,6 +42,20 @@ fn park_phase(w: &Waiter, limit: Duration) {
         }
         futex_wait(&w.park_word, 0, Some(limit - spent));
     }
+}
+
+/// The end of a spin that saw no wake-up, still without the GVL: parks
+/// for up to `limit` (see `crate::spin`, "A spin that ends without").
+/// The waker wakes the futex if it sees `parking`, and if it does not,
+/// this sees its signal (both SeqCst) and does not sleep. Whether it
+/// slept.
+pub(super) fn park_after_spin(w: &Waiter, limit: Duration) -> bool {
+    w.parking.store(true, Ordering::SeqCst);
+    if w.signaled.load(Ordering::SeqCst) || w.interrupted.load(Ordering::SeqCst) {
+        return false;
+    }
+    sleep_on_word(w, limit);
+    true
 }
 
 /// The unblock function of a waiter's spin or park: marks it interrupted

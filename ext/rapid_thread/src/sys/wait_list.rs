@@ -25,7 +25,7 @@ pub struct Waiter {
     /// The fork generation when it entered its list (see `leave`).
     fork_gen: Cell<u64>,
     /// Set (under the GVL) by the waker; read without the GVL by the spinner.
-    signaled: AtomicBool,
+    pub(super) signaled: AtomicBool,
     /// Set by the unblock function (Thread#raise, kill, signals, ...).
     pub(super) interrupted: AtomicBool,
     /// `GVL_RELEASES` at wake time; the spinner waits for it to move.
@@ -42,6 +42,10 @@ pub struct Waiter {
     /// Set (under the GVL) while the waiter may be parked on `park_word`:
     /// its waker must set the word and wake the futex.
     pub(super) parked: Cell<bool>,
+    /// Set without the GVL by a spinner about to park after its spin
+    /// (`park_after_spin`): likewise. SeqCst with `signaled`, so that
+    /// either the waker sees it or the spinner sees the signal.
+    pub(super) parking: AtomicBool,
     /// When the list last woke anyone (`monotonic_ns`, 0: never), as seen
     /// when this waiter entered.
     list_last_wake: Cell<u64>,
@@ -101,6 +105,7 @@ impl Waiter {
             sleeping: Cell::new(false),
             park_word: AtomicU32::new(0),
             parked: Cell::new(false),
+            parking: AtomicBool::new(false),
             list_last_wake: Cell::new(0),
             list_last_wake_cpu: Cell::new(-1),
             thread,
@@ -193,14 +198,15 @@ impl Waiter {
         if !ptr::eq(head, self) {
             self.signaled.store(true, Ordering::Release);
         }
-        head.signaled.store(true, Ordering::Release);
+        head.signaled.store(true, Ordering::SeqCst);
         // A parked waiter (`parked` is set before it gives up the GVL, so
-        // a waker, which holds the GVL, cannot miss it): set its futex word,
+        // a waker, which holds the GVL, cannot miss it; `parking` is set
+        // before a spinner's last look at `signaled`): set its futex word,
         // then wake it (FUTEX_WAIT compares the word atomically). Woken
         // here, where the waiter is sure to be in its frame (it must take
         // the GVL to leave it), so that no pointer to the word outlives
-        // this call. Other waiters cost one flag read.
-        if head.parked.get() {
+        // this call. Other waiters cost two flag reads.
+        if head.parked.get() || head.parking.load(Ordering::SeqCst) {
             head.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
             futex_wake(&head.park_word, 1);
         }
