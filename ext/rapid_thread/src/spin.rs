@@ -58,8 +58,8 @@
 //! thread that the GVL's holder had just woken, one more GVL hand-off on
 //! the program's critical path: a concurrent-ruby `then` chain (pool
 //! workers handing each step to each other while the caller waits for
-//! the last, longer than a spin) ran 0.82x stock's on Ruby 3.4.5 with
-//! twice its CPU time, 1.43x when its futile spins park
+//! the last, longer than a spin) ran 0.82x-0.85x stock's on Ruby 3.4.5
+//! with twice its CPU time, 1.43x-1.64x when its futile spins park
 //! (docs/design-details.md, "Spin, then park").
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
