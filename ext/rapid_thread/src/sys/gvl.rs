@@ -79,8 +79,9 @@ fn spin_phase(a: &SpinArgs) {
             return;
         }
         if start.elapsed() >= a.spin {
-            if let Some(limit) = a.park {
-                a.parked.set(park_after_spin(w, limit));
+            // The park's limit counts from the plan, as the deadline does.
+            if let Some(limit) = a.park.map(|l| l.saturating_sub(start.elapsed())) {
+                a.parked.set(!limit.is_zero() && park_after_spin(w, limit));
             }
             return;
         }

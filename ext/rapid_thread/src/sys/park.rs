@@ -1,6 +1,7 @@
 //! Parking: the first phase of a wait where no CPU is free to spin on,
 //! and the end of a spin that saw no wake-up (`park_after_spin`, inside
-//! the spin's own blocking region). The waiter gives up the GVL and sleeps on a futex word in its `Waiter`
+//! the spin's own blocking region). The waiter gives up the GVL and
+//! sleeps on a futex word in its `Waiter`
 //! until its waker sets the word and wakes it, an interrupt's unblock
 //! function wakes it, or a time limit passes; then it takes the GVL back
 //! as any thread leaving a blocking region does.
