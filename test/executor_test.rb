@@ -84,6 +84,26 @@ class ExecutorTest < RapidThreadTest
     assert_equal 1, ex.largest_length
   end
 
+  # A burst of posts wakes one idle worker, which wakes the next before it
+  # runs its task (chained wake-ups, queue.rs): tasks that block all start.
+  def test_a_burst_of_blocking_tasks_starts_on_every_idle_worker
+    ex = executor
+    g = gate
+    started = GemQueue.new
+    queue = ex.instance_variable_get(:@queue)
+    8.times { ex.post { started << 1; g.pop } }
+    8.times { started.pop }
+    8.times { g << 1 }
+    wait_until { queue.num_waiting == 8 }
+    3.times do
+      8.times { ex.post { started << 1; g.pop } }
+      8.times { started.pop }
+      assert_equal 8, ex.length, "no worker added: the idle ones took the tasks"
+      8.times { g << 1 }
+      wait_until { queue.num_waiting == 8 }
+    end
+  end
+
   def test_workers_idle_for_idletime_end
     ex = executor(idletime: 0.05)
     g = gate

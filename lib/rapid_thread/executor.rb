@@ -202,7 +202,9 @@ module RapidThread
     def ns_start_fresh(state)
       @state = state
       @fork_gen = RapidThread.__fork_generation
-      @queue = RapidThread::Queue.new
+      # A burst of posts wakes one idle worker, which wakes the next only
+      # if jobs are left when it takes one (chained wake-ups, queue.rs).
+      @queue = RapidThread::Queue.new.__send__(:__chain_wakeups!)
       @tasks = {}.compare_by_identity # a worker's Task => its `me` (see #work)
       @workers = 0
       # Workers spawned that have not reached the queue yet: each will take

@@ -3,6 +3,18 @@
 //!
 //! The same Rust struct backs `RapidThread::SizedQueue` (a Ruby subclass);
 //! `max == 0` means unbounded.
+//!
+//! **Chained wake-ups** (private, `__chain_wakeups!`; RapidThread::Executor's
+//! job queue): a push wakes a popper only when no popper woken before is
+//! still on its way (`WaitList::in_flight`), and a woken popper, once it
+//! has left its wait, wakes the next when more items are left than it
+//! takes. A burst of n pushes then wakes one worker, not n: the workers
+//! woken one per item queued for the GVL one after another, where one
+//! running worker takes the items in turn (docs/design-details.md,
+//! "Executor"). Every item still finds a popper: an item is only ever
+//! queued with poppers asleep while one woken popper is on its way, and
+//! that one passes the wake-up on when it leaves its wait, on every path
+//! (an error passes it on as any wake-up is, `wait::enlisted`).
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -28,6 +40,8 @@ pub struct State {
     pub max: usize,
     pub poppers: WaitList,
     pub pushers: WaitList,
+    /// Chained wake-ups (see the module header).
+    chain: bool,
     fork_gen: u64,
 }
 
@@ -48,6 +62,17 @@ impl State {
     pub fn num_waiting(&mut self) -> usize {
         let s = self.fresh();
         s.poppers.waiting() + s.pushers.waiting()
+    }
+
+    /// How many blocked poppers a push of `n` items wakes: one per item,
+    /// or with chained wake-ups one, and none while a woken popper is on
+    /// its way.
+    fn poppers_to_wake(&self, n: usize) -> usize {
+        match (self.poppers.is_empty(), self.chain) {
+            (true, _) => 0,
+            (false, false) => n,
+            (false, true) => usize::from(n > 0 && self.poppers.in_flight() == 0),
+        }
     }
 }
 
@@ -171,6 +196,7 @@ impl Queue {
             park(&self.state, poppers, rb_self, deadline, |s| {
                 !s.items.is_empty()
             })?;
+            self.pass_chain_on(1)?;
             match self.try_shift() {
                 Take::Item(v, wake_pusher) => return self.took(&ruby, v, wake_pusher),
                 Take::NotInitialized => return Err(errors::not_initialized(rb_self)),
@@ -195,7 +221,7 @@ impl Queue {
                 return Err(false);
             }
             s.items.push_back(v);
-            Ok(!s.poppers.is_empty())
+            Ok(s.poppers_to_wake(1) > 0)
         });
         match r {
             Ok(wake) => {
@@ -239,7 +265,7 @@ impl Queue {
                     Put::Closed
                 } else {
                     s.items.push_back(v);
-                    Put::Done(!s.poppers.is_empty())
+                    Put::Done(s.poppers_to_wake(1) > 0)
                 }
             });
             match put {
@@ -339,7 +365,24 @@ impl Queue {
             park(&self.state, poppers, rb_self, deadline, |s| {
                 !s.items.is_empty()
             })?;
+            self.pass_chain_on(max)?;
         }
+    }
+
+    /// With chained wake-ups, a popper back from its wait that is about to
+    /// take up to `taking` items wakes the next popper when more are left
+    /// and no woken popper is on its way (see the module header). Before
+    /// it takes them, so that no item it took is held here while Ruby may
+    /// run (a fiber scheduler's unblock); should the items be gone when it
+    /// looks, the popper woken finds none and waits again.
+    pub fn pass_chain_on(&self, taking: usize) -> Result<(), Error> {
+        let due = self
+            .state
+            .with(|s| s.chain && s.items.len() > taking && s.poppers_to_wake(1) > 0);
+        if due {
+            wait::wake_one(&self.state, poppers)?;
+        }
+        Ok(())
     }
 
     /// `push_all`: appends the items of `vals` (a private Array, see
@@ -358,7 +401,7 @@ impl Queue {
         timeout: Option<Duration>,
     ) -> Result<Value, Error> {
         enum Put {
-            Added(usize, bool),
+            Added(usize, usize),
             Full(bool),
             Closed,
             NotInitialized,
@@ -386,7 +429,7 @@ impl Queue {
                 }
                 let k = room.min(n - done);
                 sys::ary_extend_from(vals, done, k, &mut s.items);
-                Put::Added(k, !s.poppers.is_empty())
+                Put::Added(k, s.poppers_to_wake(k))
             });
             match put {
                 Put::NotInitialized => return Err(errors::not_initialized(rb_self)),
@@ -394,8 +437,8 @@ impl Queue {
                 Put::Added(k, wake_poppers) => {
                     sys::write_barrier_from(rb_self, vals, done, k);
                     done += k;
-                    if wake_poppers {
-                        wait::wake_n(&self.state, poppers, k)?;
+                    if wake_poppers > 0 {
+                        wait::wake_n(&self.state, poppers, wake_poppers)?;
                     }
                     if done == n {
                         return Ok(rb_self);
@@ -761,6 +804,13 @@ fn num_waiting(rb_self: Value) -> Result<usize, Error> {
     Ok(Queue::get(&rb_self)?.state.with(|s| s.num_waiting()))
 }
 
+/// `__chain_wakeups!` (private): chained wake-ups from now on (see the
+/// module header).
+fn chain_wakeups(rb_self: Value) -> Result<Value, Error> {
+    Queue::get(&rb_self)?.state.with(|s| s.chain = true);
+    Ok(rb_self)
+}
+
 fn freeze(rb_self: Value) -> Result<Value, Error> {
     Err(errors::cannot_freeze(rb_self))
 }
@@ -792,6 +842,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
     )?;
     class.define_method("push_all", method!(push_all, 1))?;
     class.define_method("pop_batch", method!(pop_batch, -1))?;
+    class.define_private_method("__chain_wakeups!", method!(chain_wakeups, 0))?;
     for (alias, name) in ALIASES {
         class.define_alias(alias, name)?;
     }

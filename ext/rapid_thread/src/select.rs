@@ -98,6 +98,10 @@ fn select_from(splat: RArray, timeout: Option<Duration>) -> Result<Value, Error>
         }
         let blocker = queue_at(0);
         woken_by = wait::park_any(&cells, blocker, poppers, deadline, has_items)?;
+        // It takes one item at most, from a queue it has yet to choose.
+        for q in &queues {
+            q.pass_chain_on(0)?;
+        }
     }
 }
 

@@ -54,6 +54,9 @@ pub struct Waiter {
     /// The list it is enlisted on (`enter`): `leave` must be called on that
     /// one, at that address (see `leave`).
     list: Cell<*const WaitList>,
+    /// Handed out by its list for a wake-up (not passed over): counted in
+    /// the list's `in_flight` until it leaves.
+    woken_here: Cell<bool>,
     thread: VALUE,
     fiber: VALUE,
     /// The fiber scheduler to unblock through, or nil.
@@ -114,6 +117,7 @@ impl Waiter {
             blocker,
             group: ptr::null(),
             list: Cell::new(ptr::null()),
+            woken_here: Cell::new(false),
         }
     }
 
@@ -288,6 +292,9 @@ pub struct WaitList {
     waiting: usize,
     /// Waiters on the list now (`waiting` less those handed out).
     linked: usize,
+    /// Waiters handed out for a wake-up that have not left their wait yet
+    /// (`handed_out` less the group members passed over).
+    in_flight: usize,
     /// When `pop_front` or `pop_back` last handed out a waiter (a wake-up;
     /// `monotonic_ns`, 0: never), and the CPU the waker ran on then (-1:
     /// unknown).
@@ -331,6 +338,7 @@ impl WaitList {
             tail: ptr::null(),
             waiting: 0,
             linked: 0,
+            in_flight: 0,
             last_wake: 0,
             last_wake_cpu: -1,
         }
@@ -349,6 +357,13 @@ impl WaitList {
     /// woken group) that have not left their wait yet.
     pub fn handed_out(&self) -> usize {
         self.waiting.saturating_sub(self.linked)
+    }
+
+    /// Waiters woken through this list that have not left their wait yet:
+    /// each will look at what it was woken for (a queue's chained
+    /// wake-ups, `crate::queue`, wait for it to be 0).
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
     }
 
     /// Seeds when the list last woke someone, for a new list that stands
@@ -450,6 +465,8 @@ impl WaitList {
             if w.group_woken() {
                 continue;
             }
+            w.woken_here.set(true);
+            self.in_flight += 1;
             self.last_wake = monotonic_ns();
             self.last_wake_cpu = waker_cpu();
             PROCESS_LAST_WAKE_NS.store(self.last_wake, Ordering::Relaxed);
@@ -479,6 +496,9 @@ impl WaitList {
         }
         if w.linked.get() {
             self.unlink(w);
+        }
+        if w.woken_here.replace(false) {
+            self.in_flight = self.in_flight.saturating_sub(1);
         }
         self.waiting = self.waiting.saturating_sub(1);
     }
@@ -706,6 +726,27 @@ mod tests {
         });
         assert_eq!(woken_by, Some(0));
         assert_eq!((counts(&a), counts(&b)), ((0, 0, true), (0, 0, true)));
+    }
+
+    #[test]
+    fn in_flight_counts_the_waiters_woken_here_until_they_leave() {
+        let _serial = serial();
+        let (a, b) = (GvlCell::new(WaitList::new()), GvlCell::new(WaitList::new()));
+        let in_flight = |c: &GvlCell<WaitList>| c.with(|l| l.in_flight());
+        let head = waiter(7);
+        let ((), _) = while_enlisted_on_each(&head, &[&a, &b], list, || {
+            enlisted(&b, &[8, 9], || {
+                let w = a.with(|l| l.pop_front().map(|w| w.signal().thread));
+                assert_eq!(w, Some(7));
+                assert_eq!(in_flight(&a), 1);
+                // The group's member on `b` is passed over, not woken there.
+                assert_eq!(pop(&b, true), Some(8));
+                assert_eq!((in_flight(&b), counts(&b)), (1, (3, 2, false)));
+            });
+            // 8 left (9, never woken, too): 7 is still in its wait.
+            assert_eq!((in_flight(&a), in_flight(&b)), (1, 0));
+        });
+        assert_eq!((in_flight(&a), in_flight(&b)), (0, 0));
     }
 
     #[test]
