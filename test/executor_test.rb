@@ -104,6 +104,15 @@ class ExecutorTest < RapidThreadTest
     end
   end
 
+  # Chained wake-ups behind a thread that holds the GVL: the worker woken
+  # comes late and wakes one per job left, so that each job does not wait
+  # for a time slice of its own.
+  def test_a_late_wake_up_wakes_a_worker_per_job_left
+    out = child_output("executor/a_late_wake_up_wakes_a_worker_per_job_left",
+                       env: { "RAPID_THREAD_SPIN_US" => "0" })
+    assert_equal "7\n", out
+  end
+
   def test_workers_idle_for_idletime_end
     ex = executor(idletime: 0.05)
     g = gate

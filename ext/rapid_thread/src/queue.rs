@@ -5,16 +5,24 @@
 //! `max == 0` means unbounded.
 //!
 //! **Chained wake-ups** (private, `__chain_wakeups!`; RapidThread::Executor's
-//! job queue): a push wakes a popper only when no popper woken before is
-//! still on its way (`WaitList::in_flight`), and a woken popper, once it
-//! has left its wait, wakes the next when more items are left than it
-//! takes. A burst of n pushes then wakes one worker, not n: the workers
-//! woken one per item queued for the GVL one after another, where one
-//! running worker takes the items in turn (docs/design-details.md,
-//! "Executor"). Every item still finds a popper: an item is only ever
-//! queued with poppers asleep while one woken popper is on its way, and
-//! that one passes the wake-up on when it leaves its wait, on every path
-//! (an error passes it on as any wake-up is, `wait::enlisted`).
+//! job queue, whose poppers are its worker threads): a push wakes a popper
+//! only when no popper woken before is still on its way
+//! (`WaitList::in_flight`), and a woken popper, once it has left its wait,
+//! wakes the next when more items are left than it takes. A burst of n
+//! pushes then wakes one worker, not n: the workers woken one per item
+//! queued for the GVL one after another, where one running worker takes
+//! the items in turn (docs/design-details.md, "Executor"). Every item
+//! still finds a popper: an item is only ever queued with poppers asleep
+//! while one woken popper is on its way, and that one passes the wake-up
+//! on when it leaves its wait, on every path (an error passes it on as any
+//! wake-up is, `wait::enlisted`).
+//!
+//! The chain waits for each woken popper to get the GVL. Where another
+//! thread holds it for a while (a CPU-bound thread runs its 100 ms time
+//! slices), each hop would cost a slice, and tasks that block would start
+//! one slice apart. So a wake-up that has not taken effect within
+//! `CHAIN_PATIENCE` counts as stuck: a push then wakes another popper, and
+//! the popper that was that slow to come wakes one per item left.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -66,15 +74,27 @@ impl State {
 
     /// How many blocked poppers a push of `n` items wakes: one per item,
     /// or with chained wake-ups one, and none while a woken popper is on
-    /// its way.
+    /// its way (see the module header).
     fn poppers_to_wake(&self, n: usize) -> usize {
         match (self.poppers.is_empty(), self.chain) {
             (true, _) => 0,
             (false, false) => n,
-            (false, true) => usize::from(n > 0 && self.poppers.in_flight() == 0),
+            (false, true) => {
+                usize::from(n > 0 && (self.poppers.in_flight() == 0 || self.last_wake_stuck()))
+            }
         }
     }
+
+    /// Chained wake-ups: the list's last wake-up is `CHAIN_PATIENCE` old.
+    fn last_wake_stuck(&self) -> bool {
+        sys::monotonic_ns().saturating_sub(self.poppers.last_wake()) >= CHAIN_PATIENCE_NS
+    }
 }
+
+/// How long a chained wake-up may take to reach its popper before the
+/// chain stops waiting for it (see the module header): far above the few
+/// hundred µs a burst of posts takes, far below Ruby's 100 ms time slice.
+const CHAIN_PATIENCE_NS: u64 = 5_000_000;
 
 pub fn poppers(s: &mut State) -> &mut WaitList {
     &mut s.poppers
@@ -319,7 +339,10 @@ impl Queue {
             if ready > 0 {
                 // The items stay in the queue (marked) while Ruby allocates
                 // the Array; then they move into it with no allocation.
-                let mut fresh = sys::FreshArray::new(&ruby, ready)?;
+                // (Should the Array fail, the items stay: with chained
+                // wake-ups another popper must come for them.)
+                let mut fresh = sys::FreshArray::new(&ruby, ready)
+                    .map_err(|e| wait::after_error(&ruby, e, || self.pass_chain_on(0)))?;
                 let (taken, wake_pushers) = self.state.with(|s| {
                     let taken = sys::ary_take_front(&mut fresh, &mut s.items, ready);
                     (taken, s.max != 0 && !s.pushers.is_empty())
@@ -371,16 +394,25 @@ impl Queue {
 
     /// With chained wake-ups, a popper back from its wait that is about to
     /// take up to `taking` items wakes the next popper when more are left
-    /// and no woken popper is on its way (see the module header). Before
-    /// it takes them, so that no item it took is held here while Ruby may
-    /// run (a fiber scheduler's unblock); should the items be gone when it
-    /// looks, the popper woken finds none and waits again.
+    /// and no woken popper is on its way, or one per item left when its
+    /// own wake-up took `CHAIN_PATIENCE` (see the module header). Before it
+    /// takes them, so that no item it took is held here while Ruby may run
+    /// (a fiber scheduler's unblock); should the items be gone when it
+    /// looks, the poppers woken find none and wait again.
     pub fn pass_chain_on(&self, taking: usize) -> Result<(), Error> {
-        let due = self
-            .state
-            .with(|s| s.chain && s.items.len() > taking && s.poppers_to_wake(1) > 0);
-        if due {
-            wait::wake_one(&self.state, poppers)?;
+        let n = self.state.with(|s| {
+            let s = s.fresh();
+            let left = s.items.len().saturating_sub(taking);
+            if !s.chain || left == 0 || s.poppers.is_empty() {
+                0
+            } else if s.last_wake_stuck() {
+                left
+            } else {
+                usize::from(s.poppers.in_flight() == 0)
+            }
+        });
+        if n > 0 {
+            wait::wake_n(&self.state, poppers, n)?;
         }
         Ok(())
     }

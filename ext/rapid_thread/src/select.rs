@@ -98,10 +98,12 @@ fn select_from(splat: RArray, timeout: Option<Duration>) -> Result<Value, Error>
         }
         let blocker = queue_at(0);
         woken_by = wait::park_any(&cells, blocker, poppers, deadline, has_items)?;
-        // It takes one item at most, from a queue it has yet to choose.
-        for q in &queues {
-            q.pass_chain_on(0)?;
-        }
+        // It takes one item at most, from a queue it has yet to choose;
+        // every queue passes its wake-up on, whatever fails on the way.
+        let passed = queues.iter().fold(Ok(()), |r, q| {
+            wait::finally(&ruby, r, || q.pass_chain_on(0))
+        });
+        passed?;
     }
 }
 

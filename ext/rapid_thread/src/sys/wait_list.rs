@@ -359,6 +359,12 @@ impl WaitList {
         self.waiting.saturating_sub(self.linked)
     }
 
+    /// When the list last handed out a waiter for a wake-up
+    /// (`monotonic_ns`, 0: never).
+    pub fn last_wake(&self) -> u64 {
+        self.last_wake
+    }
+
     /// Waiters woken through this list that have not left their wait yet:
     /// each will look at what it was woken for (a queue's chained
     /// wake-ups, `crate::queue`, wait for it to be 0).
