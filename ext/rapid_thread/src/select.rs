@@ -100,9 +100,10 @@ fn select_from(splat: RArray, timeout: Option<Duration>) -> Result<Value, Error>
         woken_by = wait::park_any(&cells, blocker, poppers, deadline, has_items)?;
         // It takes one item at most, from a queue it has yet to choose;
         // every queue passes its wake-up on, whatever fails on the way.
-        let passed = queues.iter().fold(Ok(()), |r, q| {
-            wait::finally(&ruby, r, || q.pass_chain_on(0))
-        });
+        let mut passed = Ok(());
+        for q in &queues {
+            passed = wait::finally(&ruby, passed, || q.pass_chain_on(0));
+        }
         passed?;
     }
 }
