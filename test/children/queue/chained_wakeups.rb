@@ -1,19 +1,27 @@
 # queue_test.rb: chained wake-ups (queue.rs, the Executor's job queue),
 # run with RAPID_THREAD_SPIN_US=0 so that every wait sleeps in Ruby at
-# once, where a woken thread's status reads "run" at once. Prints how many
-# of three sleeping poppers one push_all of three items woke (stock's
-# Queue: three; all three items are taken, or it raises), what two
-# poppers got after the one woken for two items was killed before it ran
-# (its wake-up passed on), and whether five poppers took each of 200 items
-# pushed in bursts once.
+# once, where a woken thread's status reads "run" at once. Prints
+# 1. how many of three sleeping poppers one push_all of three items woke
+#    (stock's Queue: three; all three items are taken, or it raises);
+# 2. what two poppers got after the one woken for two items was killed
+#    before it ran (its wake-up passed on);
+# 3. whether three select and three pop_batch(1) poppers that take one
+#    item each all got one of a push_all of three;
+# 4. whether five poppers took each of 200 items pushed in bursts once,
+#    with pop, select and pop_batch(1) (the items are taken before the
+#    queue closes, which would wake every popper).
 require_relative "../child_helper"
 
-def sleeping_poppers(q, n)
+# `n` threads that take items from `q` until it is closed (or they have
+# `t[:take]` items), each with `pop`, or the one `how` names.
+def sleeping_poppers(q, n, how = :pop)
+  take = { pop: -> { q.pop }, select: -> { RapidThread.select(q)&.last },
+           batch: -> { q.pop_batch(1) } }.fetch(how)
   poppers = Array.new(n) do
     Thread.new do
       got = []
-      while (v = q.pop)
-        got << v
+      while (v = take.call)
+        got.concat(Array(v))
         break if got.size == Thread.current[:take]
       end
       got
@@ -58,12 +66,27 @@ result = nil
 end
 p result
 
-# 3. Bursts from two pushers, five poppers: each item taken once.
-q = chained_queue
-poppers = sleeping_poppers(q, 5)
-pushers = [0, 100].map do |base|
-  Thread.new { 10.times { |i| q.push_all(Array.new(10) { |j| base + (i * 10) + j }) } }
-end
-pushers.each(&:join)
-q.close
-p poppers.flat_map(&:value).sort == (0...200).to_a
+# 3. Three poppers that take one item each, with select and pop_batch:
+# one push_all of three items reaches all three.
+puts(%i[select batch].all? do |how|
+  q = chained_queue
+  poppers = sleeping_poppers(q, 3, how)
+  poppers.each { |t| t[:take] = 1 }
+  q.push_all([1, 2, 3])
+  wait_until(10, "every #{how} popper served") { poppers.none?(&:alive?) }
+  poppers.flat_map(&:value).sort == [1, 2, 3]
+end)
+
+# 4. Bursts from two pushers, five poppers (pop, select, pop_batch):
+# each item taken once.
+puts(%i[pop select batch].all? do |how|
+  q = chained_queue
+  poppers = sleeping_poppers(q, 5, how)
+  pushers = [0, 100].map do |base|
+    Thread.new { 10.times { |i| q.push_all(Array.new(10) { |j| base + (i * 10) + j }) } }
+  end
+  pushers.each(&:join)
+  wait_until(10, "the items taken (#{how})") { q.empty? }
+  q.close
+  poppers.flat_map(&:value).sort == (0...200).to_a
+end)
