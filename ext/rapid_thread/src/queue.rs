@@ -401,9 +401,13 @@ impl Queue {
     /// looks, the poppers woken find none and wait again.
     pub fn pass_chain_on(&self, taking: usize) -> Result<(), Error> {
         let n = self.state.with(|s| {
+            // (`chain` survives a fork; the lists are read after `fresh`.)
+            if !s.chain {
+                return 0;
+            }
             let s = s.fresh();
             let left = s.items.len().saturating_sub(taking);
-            if !s.chain || left == 0 || s.poppers.is_empty() {
+            if left == 0 || s.poppers.is_empty() {
                 0
             } else if s.last_wake_stuck() {
                 left
