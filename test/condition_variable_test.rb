@@ -122,6 +122,25 @@ class ConditionVariableTest < RapidThreadTest
     assert_equal :custom_result, t.value
   end
 
+  # A Thread::Mutex whose own singleton class redefines `sleep`: stock's
+  # wait calls `mutex.sleep`, so the redefinition runs; the native path
+  # is only for a mutex whose class is Thread::Mutex itself.
+  def test_a_mutex_with_its_own_sleep_is_slept_on_through_it
+    m = Thread::Mutex.new
+    calls = []
+    m.define_singleton_method(:sleep) do |timeout = nil|
+      calls << :own_sleep
+      super(timeout)
+    end
+    results = [StockConditionVariable, CV].map do |klass|
+      cv = klass.new
+      t = spawn_thread { m.synchronize { cv.wait(m, 0.001) } }
+      t.join(TEST_TIMEOUT / 2)
+      [calls.shift, t.value.nil? || t.value.is_a?(Integer)]
+    end
+    assert_equal [[:own_sleep, true], [:own_sleep, true]], results
+  end
+
   def test_monitor_producer_consumer_on_our_condvar
     # MonitorMixin::ConditionVariable is built on Thread::ConditionVariable;
     # point it at ours for this monitor.

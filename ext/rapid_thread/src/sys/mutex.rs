@@ -35,8 +35,9 @@ pub fn time_interval(v: Value) -> Result<Duration, Error> {
         + Duration::from_micros(tv.tv_usec.max(0) as u64))
 }
 
-/// A `Thread::Mutex` itself (not a subclass, which may redefine its
-/// methods): ConditionVariable#wait runs its Mutex#sleep natively.
+/// A `Thread::Mutex` itself (not a subclass, nor one with a singleton
+/// class: either may redefine its methods, which stock's wait calls):
+/// ConditionVariable#wait runs its Mutex#sleep natively.
 #[derive(Clone, Copy)]
 pub struct NativeMutex(Value);
 
@@ -46,21 +47,25 @@ pub struct NativeMutex(Value);
 static SAMPLE: Lazy<Value> = Lazy::new(|ruby| ruby.mutex_new().as_value());
 
 impl NativeMutex {
-    /// `m` if its class is Thread::Mutex and it is a mutex's T_DATA.
+    /// `m` if its class pointer is the sample's (Thread::Mutex, no
+    /// singleton class) and it is a mutex's T_DATA. Should the sample get
+    /// a singleton class (ObjectSpace reaches it), no mutex is native:
+    /// every wait takes stock's path, which is right for any mutex.
     pub fn new(ruby: &Ruby, m: Value) -> Option<NativeMutex> {
         let sample = ruby.get_inner(&SAMPLE);
         let (obj, like) = (m.as_raw(), sample.as_raw());
-        if special_const(obj) || class_of(m).as_raw() != class_of(sample).as_raw() {
+        if special_const(obj) {
             return None;
         }
         // SAFETY: both are live heap objects (Values), so their headers can
         // be read; the type pointer is read only from a typed T_DATA.
-        let same_type = unsafe {
-            rb_sys::RB_BUILTIN_TYPE(obj) == rb_sys::ruby_value_type::RUBY_T_DATA
+        let native = unsafe {
+            (*(obj as *const rb_sys::RBasic)).klass == (*(like as *const rb_sys::RBasic)).klass
+                && rb_sys::RB_BUILTIN_TYPE(obj) == rb_sys::ruby_value_type::RUBY_T_DATA
                 && rb_sys::RTYPEDDATA_P(obj)
                 && rb_sys::RTYPEDDATA_TYPE(obj) == rb_sys::RTYPEDDATA_TYPE(like)
         };
-        same_type.then_some(NativeMutex(m))
+        native.then_some(NativeMutex(m))
     }
 
     /// `m.try_lock`, which does not raise for a Thread::Mutex.
@@ -188,13 +193,6 @@ pub fn mutex_sleep(m: NativeMutex, timeout: Value) -> Result<Value, Error> {
     let r = protect(|| unsafe { rb_sys::rb_mutex_sleep(m, t) })?;
     // SAFETY: its result (nil or an Integer), alive on this stack.
     Ok(unsafe { value(r) })
-}
-
-/// `rb_obj_class(v)`.
-pub fn class_of(v: Value) -> Value {
-    // SAFETY: a plain query of a live object; a class is alive while an
-    // object of it is.
-    unsafe { value(rb_sys::rb_obj_class(v.as_raw())) }
 }
 
 /// Seconds since the epoch, as `time(0)` (Mutex#sleep returns the
