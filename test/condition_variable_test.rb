@@ -270,6 +270,37 @@ class ConditionVariableTest < RapidThreadTest
     assert_equal %i[signalling woken], log
   end
 
+  # signal and broadcast wake threads in place, and leave a waiter under
+  # a fiber scheduler (whose unblock hook runs Ruby code) and all after
+  # it to the full method: the order and the count stay stock's.
+  def test_wake_ups_reach_a_scheduler_fiber_among_threads_in_order
+    m = Thread::Mutex.new
+    cv = CV.new
+    log = Thread::Queue.new
+    thread_waiter = lambda do |tag|
+      spawn_thread { m.synchronize { cv.wait(m) }; log << tag }.tap { |t| wait_for_sleepers(t) }
+    end
+    fiber_waiter = lambda do |tag|
+      spawn_thread do
+        Fiber.set_scheduler(TestFiberScheduler.new)
+        Fiber.schedule { m.synchronize { cv.wait(m) }; log << tag }
+      end.tap { |t| wait_until { t.status == "sleep" } }
+    end
+    # signal: the fiber first, then the thread behind it.
+    f = fiber_waiter.(:fiber)
+    a = thread_waiter.(:thread)
+    m.synchronize { cv.signal }
+    assert f.join(TEST_TIMEOUT / 2), "the first signal went to the fiber, the longest waiter"
+    m.synchronize { cv.signal }
+    assert a.join(TEST_TIMEOUT / 2)
+    assert_equal %i[fiber thread], Array.new(2) { log.pop }
+    # broadcast: a thread, the fiber, a thread: all three.
+    waiters = [thread_waiter.(:a), fiber_waiter.(:f), thread_waiter.(:b)]
+    m.synchronize { cv.broadcast }
+    assert waiters.all? { |t| t.join(TEST_TIMEOUT / 2) }
+    assert_equal %i[a b f], Array.new(3) { log.pop }.sort
+  end
+
   def test_many_waiters_time_out_and_leave
     m = Thread::Mutex.new
     cv = CV.new

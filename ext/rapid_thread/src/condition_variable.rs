@@ -173,12 +173,26 @@ fn broadcast(rb_self: Value) -> Result<Value, Error> {
     Ok(rb_self)
 }
 
-/// Hot path of `signal` and `broadcast` with nobody waiting (most calls in
-/// concurrent-ruby, whose every resolution broadcasts): no wake-up loop.
-/// A waiter, or a wrong receiver, takes the full method.
-fn nobody_waiting(rb_self: &Value) -> bool {
-    sys::typed_ref::<ConditionVariable>(rb_self)
-        .is_some_and(|cv| cv.state.with(|s| waiters(s).is_empty()))
+/// Hot path of `signal` and `broadcast` (`n` wake-ups): with nobody
+/// waiting (most calls in concurrent-ruby, whose every resolution
+/// broadcasts) or threads waiting, the whole call, which raises nothing
+/// (`wait::wake_plain`). A waiter under a fiber scheduler, whose unblock
+/// hook may raise, or a wrong receiver, takes the full method, which
+/// wakes what is left.
+#[inline(always)]
+fn wake_fast(rb_self: Value, n: usize) -> Option<Value> {
+    let cv = sys::typed_ref::<ConditionVariable>(&rb_self)?;
+    // Nobody waiting, the common case, costs one look (the wake-up loop,
+    // out of line, would cost it a call's set-up).
+    if cv.state.with(|s| waiters(s).is_empty()) {
+        return Some(rb_self);
+    }
+    wake_waiting(cv, n).then_some(rb_self)
+}
+
+#[inline(never)]
+fn wake_waiting(cv: &ConditionVariable, n: usize) -> bool {
+    wait::wake_plain(&cv.state, waiters, n).is_some()
 }
 
 struct SignalFast;
@@ -187,7 +201,7 @@ impl sys::FastMethod0 for SignalFast {
     const SLOW: sys::RawMethod0 = method!(signal, 0);
 
     fn fast(_: &Ruby, rb_self: Value) -> Option<Value> {
-        nobody_waiting(&rb_self).then_some(rb_self)
+        wake_fast(rb_self, 1)
     }
 }
 
@@ -197,7 +211,7 @@ impl sys::FastMethod0 for BroadcastFast {
     const SLOW: sys::RawMethod0 = method!(broadcast, 0);
 
     fn fast(_: &Ruby, rb_self: Value) -> Option<Value> {
-        nobody_waiting(&rb_self).then_some(rb_self)
+        wake_fast(rb_self, usize::MAX)
     }
 }
 

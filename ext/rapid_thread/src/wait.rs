@@ -335,6 +335,32 @@ pub fn after_error(ruby: &Ruby, e: Error, next: impl FnOnce() -> Result<(), Erro
     }
 }
 
+/// `wake_n` for a method's hot path, which may not raise: wakes up to
+/// `n` of the longest waiters as long as each blocks without a fiber
+/// scheduler (a thread's wake-up calls nothing that can raise). Returns
+/// how many it woke, or `None` once the next waiter has a scheduler (it
+/// stays on the list): the caller then wakes the rest through `wake_n`.
+pub fn wake_plain<S>(
+    cell: &GvlCell<S>,
+    list: fn(&mut S) -> &mut WaitList,
+    n: usize,
+) -> Option<usize> {
+    let mut woken = 0;
+    while woken < n {
+        let target = cell.with(|s| list(s).pop_front_plain().map(|w| w.map(Waiter::signal)));
+        match target {
+            Err(sys::HasScheduler) => return None,
+            Ok(None) => break,
+            Ok(Some(t)) => {
+                if t.wake_thread() {
+                    woken += 1;
+                }
+            }
+        }
+    }
+    Some(woken)
+}
+
 /// Wakes the longest waiter on the list, if any.
 pub fn wake_one<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Result<(), Error> {
     wake_n(cell, list, 1).map(drop)

@@ -704,7 +704,9 @@ pub type RawMethodV = unsafe extern "C" fn(std::os::raw::c_int, *const Value, Va
 /// `magnus::method!` wrapper, then answers. The hot path skips magnus's
 /// receiver conversion and argument parsing (docs/design-details.md,
 /// "Per call"); `fast` runs inside `catch_unwind`, and a panic takes the
-/// full method too.
+/// full method too. A `fast` that did part of the call before its None
+/// (ConditionVariable#broadcast, which wakes threads first) leaves the
+/// rest in a state the full method completes.
 pub trait FastMethod0 {
     const SLOW: RawMethod0;
     fn fast(ruby: &Ruby, rb_self: Value) -> Option<Value>;

@@ -257,17 +257,31 @@ impl WakeTarget {
                 rb_sys::rb_fiber_scheduler_unblock(self.scheduler, self.blocker, self.fiber)
             })?;
             Ok(true)
-        } else if self.sleeping {
+        } else {
+            Ok(self.wake_thread())
+        }
+    }
+
+    /// [`wake`](Self::wake) for a waiter without a fiber scheduler (one
+    /// that `pop_front_plain` handed out), which calls nothing that can
+    /// raise.
+    pub fn wake_thread(self) -> bool {
+        debug_assert!(self.scheduler == QNIL);
+        if self.sleeping {
             // SAFETY: rb_thread_wakeup_alive does not raise; it returns nil
             // for a dead thread.
-            Ok(unsafe { rb_sys::rb_thread_wakeup_alive(self.thread) } != QNIL)
+            unsafe { rb_sys::rb_thread_wakeup_alive(self.thread) != QNIL }
         } else {
             // Spinning without the GVL: the signal flag is all it needs
             // (a parked waiter was woken by `signal`).
-            Ok(true)
+            true
         }
     }
 }
+
+/// `pop_front_plain`'s answer when the longest waiter blocks through a
+/// fiber scheduler: it was left on the list.
+pub struct HasScheduler;
 
 #[cold]
 #[inline(never)]
@@ -441,21 +455,35 @@ impl WaitList {
     /// Removes and returns the longest waiter. It stays alive until the
     /// GVL is released: its owner can only leave after re-taking it.
     pub fn pop_front(&mut self) -> Option<&Waiter> {
-        self.hand_out(true)
+        self.hand_out(true, |_| true).ok().flatten()
     }
 
     /// Removes and returns the newest waiter (the one that enlisted last);
     /// otherwise as `pop_front`.
     pub fn pop_back(&mut self) -> Option<&Waiter> {
-        self.hand_out(false)
+        self.hand_out(false, |_| true).ok().flatten()
+    }
+
+    /// `pop_front` for a waker that must not raise: the longest waiter
+    /// only if it blocks without a fiber scheduler (whose unblock hook
+    /// runs Ruby code), else `HasScheduler`, and that waiter stays on the
+    /// list for `pop_front`.
+    pub fn pop_front_plain(&mut self) -> Result<Option<&Waiter>, HasScheduler> {
+        self.hand_out(true, |w| !w.has_scheduler())
     }
 
     /// Unlinks the waiter at the head (or the tail) for a wake-up and
-    /// returns it. Members of a group already woken through another list
-    /// are unlinked and passed over: the wake-up goes to the next waiter.
-    fn hand_out(&mut self, from_head: bool) -> Option<&Waiter> {
+    /// returns it, if `take` accepts it; `HasScheduler` (the only refusal
+    /// there is) leaves it linked. Members of a group already woken
+    /// through another list are unlinked and passed over: the wake-up goes
+    /// to the next waiter.
+    fn hand_out(
+        &mut self,
+        from_head: bool,
+        take: impl Fn(&Waiter) -> bool,
+    ) -> Result<Option<&Waiter>, HasScheduler> {
         if self.head.is_null() {
-            return None;
+            return Ok(None);
         }
         // The waiters' frames are other threads', whose links and flags
         // only holders of the main Ractor's GVL touch: a list reached
@@ -466,11 +494,17 @@ impl WaitList {
         loop {
             let w = if from_head { self.head } else { self.tail };
             // SAFETY: see `unlink`.
-            let w = unsafe { w.as_ref()? };
-            self.unlink(w);
+            let Some(w) = (unsafe { w.as_ref() }) else {
+                return Ok(None);
+            };
             if w.group_woken() {
+                self.unlink(w);
                 continue;
             }
+            if !take(w) {
+                return Err(HasScheduler);
+            }
+            self.unlink(w);
             w.woken_here.set(true);
             self.in_flight += 1;
             self.last_wake = monotonic_ns();
@@ -479,7 +513,7 @@ impl WaitList {
             PROCESS_LAST_WAKE_CPU.store(self.last_wake_cpu, Ordering::Relaxed);
             // SAFETY: as above; the lifetime is tied to `&mut self`, i.e.
             // to a region during which the GVL is held.
-            return Some(unsafe { &*(w as *const Waiter) });
+            return Ok(Some(unsafe { &*(w as *const Waiter) }));
         }
     }
 
@@ -617,7 +651,23 @@ mod tests {
     }
 
     fn pop(cell: &GvlCell<WaitList>, from_head: bool) -> Option<VALUE> {
-        cell.with(|l| l.hand_out(from_head).map(|w| w.thread))
+        cell.with(|l| {
+            if from_head {
+                l.pop_front()
+            } else {
+                l.pop_back()
+            }
+            .map(|w| w.thread)
+        })
+    }
+
+    /// `pop_front_plain`: Err(()) for a refusal, else the waiter's id.
+    fn pop_plain(cell: &GvlCell<WaitList>) -> Result<Option<VALUE>, ()> {
+        cell.with(|l| {
+            l.pop_front_plain()
+                .map(|w| w.map(|w| w.thread))
+                .map_err(drop)
+        })
     }
 
     fn counts(cell: &GvlCell<WaitList>) -> (usize, usize, bool) {
@@ -648,6 +698,26 @@ mod tests {
             assert_eq!(pop(&cell, false), None);
             // Handed out, still counted until each leaves its wait.
             assert_eq!(counts(&cell), (4, 4, true));
+        });
+        assert_eq!(counts(&cell), (0, 0, true));
+    }
+
+    #[test]
+    fn pop_front_plain_leaves_a_waiter_with_a_fiber_scheduler_for_pop_front() {
+        let _serial = serial();
+        let cell = GvlCell::new(WaitList::new());
+        // Any non-nil scheduler: nothing here calls it.
+        let under_scheduler = Waiter::new(1, QNIL, 0x100, QNIL);
+        while_enlisted(&cell, list, &under_scheduler, || {
+            enlisted(&cell, &[2], || {
+                assert_eq!(pop_plain(&cell), Err(()));
+                // Refused: still linked, nothing handed out.
+                assert_eq!(counts(&cell), (2, 0, false));
+                assert_eq!(pop(&cell, true), Some(1));
+                assert_eq!(pop_plain(&cell), Ok(Some(2)));
+                assert_eq!(pop_plain(&cell), Ok(None));
+                assert_eq!(counts(&cell), (2, 2, true));
+            })
         });
         assert_eq!(counts(&cell), (0, 0, true));
     }
