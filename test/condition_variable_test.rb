@@ -135,10 +135,11 @@ class ConditionVariableTest < RapidThreadTest
     results = [StockConditionVariable, CV].map do |klass|
       cv = klass.new
       t = spawn_thread { m.synchronize { cv.wait(m, 0.001) } }
-      t.join(TEST_TIMEOUT / 2)
+      assert t.join(TEST_TIMEOUT / 2), "#{klass}: the timed wait returned"
       [calls.shift, t.value.nil? || t.value.is_a?(Integer)]
     end
     assert_equal [[:own_sleep, true], [:own_sleep, true]], results
+    assert_empty calls, "one sleep per wait"
   end
 
   def test_monitor_producer_consumer_on_our_condvar

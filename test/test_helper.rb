@@ -294,9 +294,10 @@ class RapidThreadTest < Minitest::Test
   end
 
   # Under RAPID_THREAD_GC_STRESS the heap is also checked after every
-  # test (GC.verify_internal_consistency), so that a broken heap fails the
-  # test that broke it: CI's 3.4.5 stress run once failed a later test's
-  # own check (docs/design-details.md, "A heap check that failed once").
+  # test (GC.verify_internal_consistency), so that a broken heap aborts
+  # the process during the test that broke it: CI's 3.4.5 stress run once
+  # failed a later test's own check (docs/design-details.md, "A heap
+  # check that failed once").
   def run(*)
     Timeout.timeout(TEST_TIMEOUT, Minitest::Assertion, "test exceeded #{TEST_TIMEOUT}s") do
       GC.stress = GC_STRESS if GC_STRESS

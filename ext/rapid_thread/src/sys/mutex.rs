@@ -37,7 +37,9 @@ pub fn time_interval(v: Value) -> Result<Duration, Error> {
 
 /// A `Thread::Mutex` itself (not a subclass, nor one with a singleton
 /// class: either may redefine its methods, which stock's wait calls):
-/// ConditionVariable#wait runs its Mutex#sleep natively.
+/// ConditionVariable#wait runs its Mutex#sleep natively. (A `sleep`
+/// redefined in Thread::Mutex itself is not seen: docs/design-details.md,
+/// "State and the GVL".)
 #[derive(Clone, Copy)]
 pub struct NativeMutex(Value);
 
