@@ -195,8 +195,8 @@ class CpuBudgetTest < Minitest::Test
     end
   end
 
-  # A quota of at most one CPU is one CPU: no wait spins (on Ruby 3.1/3.2
-  # active ones park, as pinned), and nothing is lost.
+  # A quota of at most one CPU is one CPU: no wait spins (active ones
+  # park, as pinned), and nothing is lost.
   def test_a_half_cpu_quota_counts_as_one_cpu
     r = child_under_quota(50_000)
     assert_equal [1, 0.5, 1, r[:cgroup]], r[:budget].values_at(:cpus, :quota_cpus, :cgroup_version, :cgroup)

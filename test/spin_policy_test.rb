@@ -61,6 +61,19 @@ class SpinPolicyTest < Minitest::Test
     assert_equal "woken\n#{PARKS}\n", child_output(child, "gem", cpu: 0)
   end
 
+  # A parked waiter of a calm list (a ping-pong's) does not preempt its
+  # waker on one CPU (sys/park.rs): it parks as SCHED_BATCH, and runs its
+  # Ruby code under its own policy again, which a thread that is not
+  # SCHED_OTHER keeps throughout.
+  def test_a_parked_waiter_of_a_calm_list_does_not_preempt_its_waker
+    skip "the portable build does not park" unless PARKS
+    skip "M:N threads: a Ruby thread's native thread may change" if ENV["RUBY_MN_THREADS"] == "1"
+    skip "needs chrt (util-linux)" unless system("command -v chrt >/dev/null")
+    child = "spin_policy/a_parked_waiter_of_a_calm_list_does_not_preempt_its_waker"
+    assert_equal "other\ntrue\n", child_output(child, "other", cpu: 0)
+    assert_equal "batch\ntrue\n", child_output(child, "batch", cpu: 0)
+  end
+
   # A spin that sees no wake-up parks before it takes the GVL back (spin.rs,
   # "A spin that ends without"). With 1 µs spins nearly every spin does:
   # late wake-ups, a Thread#raise and the deadlock detector still reach
@@ -84,7 +97,7 @@ class SpinPolicyTest < Minitest::Test
   # the fresh ones park too (about 4,000 parks), where they once went
   # straight to Ruby's sleep (about 2,000).
   def test_a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process
-    skip "waits park on Ruby 3.1/3.2 only" unless PARKS
+    skip "the portable build does not park" unless PARKS
     out = child_output("spin_policy/a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process", cpu: 0)
     assert_equal "true\n", out
   end

@@ -31,10 +31,11 @@ RBS_MODE = ENV["RAPID_THREAD_RBS"] == "1"
 # the loaded build says which it is.
 PORTABLE_BUILD = RapidThread.cpu_budget[:portable]
 raise "RAPID_THREAD_PORTABLE=1 but the Linux build is loaded" if ENV["RAPID_THREAD_PORTABLE"] == "1" && !PORTABLE_BUILD
-# Waits park on Ruby 3.1 and 3.2 only (spin.rs, `parking_allowed`), and
-# not in the portable build (no futexes); elsewhere those that may not
-# spin sleep in Ruby.
-WAITS_PARK = RUBY_VERSION < "3.3" && !PORTABLE_BUILD
+# On one CPU, active waits on a calm list (a ping-pong's: sys/wait_list.rs,
+# `calm`) park on every Ruby (spin.rs, `parking_allowed`), but not in the
+# portable build (no futexes); elsewhere those that may not spin sleep in
+# Ruby.
+WAITS_PARK = !PORTABLE_BUILD
 require_relative "rbs/setup" if RBS_MODE
 require "minitest/autorun"
 require "timeout"

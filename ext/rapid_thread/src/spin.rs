@@ -47,9 +47,10 @@
 //! nothing; it is woken by its waker at once, as stock's sleeping waiter
 //! is, but without the lock hand-off of Ruby's sleep: a pinned ping-pong
 //! made 7.6 context switches per round trip in Ruby's sleep (stock: 7.9),
-//! 5.0 parked. On a busy machine only where the wake-up will come from the
-//! waiter's own CPU (see [`plan`]), and on Ruby 3.1/3.2 only (see
-//! `parking_allowed`).
+//! 5.0 parked, 2.0 where the woken waiter does not preempt its waker
+//! (`sys::park`). On a busy machine only where the wake-up will come from
+//! the waiter's own CPU (see [`plan`]), and there on Ruby 3.1/3.2 only
+//! (see `parking_allowed`).
 //!
 //! A spin that ends without its wake-up parks too, on every Ruby, for at
 //! most [`PARK_LIMIT`] (`Budget::park`; not in the portable build, which
@@ -94,13 +95,17 @@ pub const MAX_QUIET: Duration = Duration::from_millis(100);
 /// with a 50 µs limit, 12 µs with 1 ms, 4.9 µs with 10 ms and with none).
 pub const PARK_LIMIT: Duration = Duration::from_millis(10);
 
-/// Whether waits may park: on Ruby 3.1 and 3.2 only, where futexes are
-/// (`sys::PARKING`). On 3.3.8 parking bought nothing and cost on one CPU,
-/// where 3.3's own sleep already hands over fast (docs/design-details.md,
-/// "Parking"; its M:N failure was errno's, fixed since: "errno under M:N
-/// threads").
-fn parking_allowed() -> bool {
-    sys::PARKING && !sys::ruby_3_3_or_later()
+/// Whether a wait may park where spins are off for `why`, on a list whose
+/// hand-offs look like a ping-pong's (`calm`: `sys::WaitList::calm`) or
+/// not: where futexes are (`sys::PARKING`); on Ruby 3.3+ only with one
+/// CPU and on a calm list, whose parked waiter does not preempt its waker
+/// (`sys::park`). Elsewhere 3.3's own sleep hands over faster: its GVL
+/// goes straight to the next thread in line, where a woken thread that
+/// preempts its waker, or waits long for the GVL, costs more
+/// (docs/design-details.md, "One CPU on Ruby 3.3+"). (Parking's M:N
+/// failure was errno's, fixed since: "errno under M:N threads".)
+fn parking_allowed(why: Off, calm: bool) -> bool {
+    sys::PARKING && (!sys::ruby_3_3_or_later() || (why == Off::OneCpu && calm))
 }
 
 /// A wait list counts as active when it woke someone within this window.
@@ -184,7 +189,7 @@ static QUOTA_GEN: AtomicU64 = AtomicU64::new(0);
 /// the extension loads.
 pub fn init() {
     quota_cell();
-    sys::set_waker_cpu_wanted(parking_allowed());
+    sys::set_waker_cpu_wanted(parking_allowed(Off::Busy, true));
 }
 
 fn quota_cell() -> &'static Mutex<Option<Quota>> {
@@ -424,8 +429,8 @@ pub enum Plan {
 
 /// The first phase of a wait on a list that last woke someone at
 /// `list_last_wake` (`sys::monotonic_ns`, 0: never), from CPU
-/// `list_last_wake_cpu` (-1: unknown), until
-/// `deadline`; None: Ruby's sleep at once (the list is idle, the thread
+/// `list_last_wake_cpu` (-1: unknown), whose hand-offs are `calm` (see
+/// `parking_allowed`) or not, until `deadline`; None: Ruby's sleep at once (the list is idle, the thread
 /// alone, or `spin_us` is 0, which turns the first phase off). `alone` is
 /// asked last (it is a call into Ruby): a lone thread has nobody to wake
 /// it.
@@ -441,6 +446,7 @@ pub enum Plan {
 pub fn plan(
     list_last_wake: u64,
     list_last_wake_cpu: i32,
+    calm: bool,
     deadline: Option<Instant>,
     alone: impl FnOnce() -> bool,
 ) -> Option<Plan> {
@@ -449,9 +455,10 @@ pub fn plan(
         return None;
     }
     let off = off_reason();
-    // Where spins are off and waits may not park (one CPU on Ruby 3.3+),
-    // the answer is Ruby's sleep whatever the list did: no clock read.
-    if off.is_some() && !parking_allowed() {
+    // Where spins are off and waits may not park (on Ruby 3.3+ a busy
+    // machine or a list that is not calm), the answer is Ruby's sleep
+    // whatever the list did: no clock read.
+    if off.is_some_and(|why| !parking_allowed(why, calm)) {
         return None;
     }
     if list_last_wake == 0

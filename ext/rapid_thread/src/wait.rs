@@ -158,9 +158,8 @@ pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Step {
     if w.signaled() {
         return Step::Done;
     }
-    match spin::plan(w.list_last_wake(), w.list_last_wake_cpu(), deadline, || {
-        sys::thread_alone(&w.ruby())
-    }) {
+    let (wake, cpu, calm) = (w.list_last_wake(), w.list_last_wake_cpu(), w.list_calm());
+    match spin::plan(wake, cpu, calm, deadline, || sys::thread_alone(&w.ruby())) {
         Some(plan) => Step::Plan(plan),
         None => Step::Sleep,
     }

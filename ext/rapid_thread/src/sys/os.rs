@@ -119,6 +119,38 @@ mod imp {
         }
     }
 
+    /// While alive, the calling thread does not preempt its waker when it
+    /// is woken (sys::park): its policy is SCHED_BATCH, which Linux's fair
+    /// scheduler never lets preempt on wake-up ("driven by the tick"), and
+    /// back to SCHED_OTHER on drop. Only a thread whose policy is
+    /// SCHED_OTHER is changed (a real-time or idle one is left alone), and
+    /// nothing is changed where the calls fail (a seccomp filter). A
+    /// policy that another thread gives this one while it is parked
+    /// (`chrt -p`, 10 ms at most) is overwritten by the restore.
+    pub struct WakeupPreemptionOff(bool);
+
+    impl WakeupPreemptionOff {
+        pub fn new() -> WakeupPreemptionOff {
+            let param = libc::sched_param { sched_priority: 0 };
+            // SAFETY: plain calls on the calling thread (0); `param` is on
+            // our stack. The nice value is kept by both policies.
+            WakeupPreemptionOff(unsafe {
+                libc::sched_getscheduler(0) == libc::SCHED_OTHER
+                    && libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0
+            })
+        }
+    }
+
+    impl Drop for WakeupPreemptionOff {
+        fn drop(&mut self) {
+            if self.0 {
+                let param = libc::sched_param { sched_priority: 0 };
+                // SAFETY: as in `new`; back to the policy `new` found.
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+            }
+        }
+    }
+
     /// Nothing to make ahead (see the portable one).
     pub(super) fn init() {}
 
@@ -261,6 +293,15 @@ mod imp {
         let b = bucket(word);
         drop(b.lock.lock().unwrap_or_else(|e| e.into_inner()));
         b.cond.notify_all();
+    }
+
+    /// Nothing here (no parking, which is what it serves on Linux).
+    pub struct WakeupPreemptionOff;
+
+    impl WakeupPreemptionOff {
+        pub fn new() -> WakeupPreemptionOff {
+            WakeupPreemptionOff
+        }
     }
 
     /// Unknown here.

@@ -23,10 +23,25 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
-fn park_phase(w: &Waiter, limit: Duration) {
+/// A park where the wake-up comes from this thread's own CPU (one CPU, or
+/// a local waker: crate::spin's `plan`). Woken, the thread would run at
+/// once, preempting its waker, which holds the GVL: it finds the GVL
+/// taken, sleeps again, and waits for the waker to give it up; two
+/// context switches more per hand-off. On a calm list (`calm`:
+/// `WaitList::calm`, hand-offs like a ping-pong's, whose waker blocks
+/// right after the wake-up) the parked thread does not preempt on
+/// wake-up (`WakeupPreemptionOff`): the waker runs on until it blocks,
+/// and the woken thread then takes the free GVL. A pinned
+/// condition-variable ping-pong made 2 context switches per round trip
+/// so, 4.8 before (Ruby 3.1.2). Where many threads wait, or the waker
+/// runs on, it cost more than it saved: there a woken thread that runs at
+/// once queues for the GVL in wake-up order (docs/design-details.md,
+/// "Parking: wake-ups that do not preempt").
+fn park_phase(w: &Waiter, limit: Duration, calm: bool) {
     // A spinner waiting for its waker to give up the GVL may be waiting
     // for us.
     note_gvl_release();
+    let _calm = calm.then(WakeupPreemptionOff::new);
     sleep_on_word(w, limit);
 }
 
@@ -91,12 +106,14 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration) {
     // Under the GVL, as the waker reads it: set from before the GVL is
     // released until it is taken back.
     w.parked.set(true);
+    w.parked_first.set(true);
+    let calm = w.list_calm();
     // SAFETY: the waiter outlives the call; the unblock function only
     // touches the waiter's atomics and wakes its futex; park_phase
     // does not touch Ruby.
     unsafe {
         call_without_gvl(
-            || park_phase(w, limit),
+            || park_phase(w, limit, calm),
             interrupt_waiter,
             w as *const Waiter as *const c_void,
         )
@@ -112,8 +129,9 @@ pub fn set_waker_cpu_wanted(wanted: bool) {
     WAKER_CPU_WANTED.store(wanted, Ordering::Relaxed);
 }
 
-/// The CPU a waker runs on, for the park decision; -1 (unknown) where
-/// waits never park, which saves a `sched_getcpu` per wake-up.
+/// The CPU a waker runs on, for the park decision on a busy machine; -1
+/// (unknown) where that decision is never made (Ruby 3.3+, where only one
+/// CPU parks), which saves a `sched_getcpu` per wake-up.
 pub fn waker_cpu() -> i32 {
     if WAKER_CPU_WANTED.load(Ordering::Relaxed) {
         current_cpu()

@@ -30,8 +30,9 @@ pub struct Waiter {
     pub(super) interrupted: AtomicBool,
     /// `GVL_RELEASES` at wake time; the spinner waits for it to move.
     pub(super) wake_epoch: AtomicU64,
-    /// When it was signaled (`monotonic_ns`), if it may be spinning: the
-    /// spinner measures how late it noticed (the spin policy's evidence).
+    /// When it was signaled (`monotonic_ns`, the list's `last_wake`): the
+    /// spinner measures how late it noticed (the spin policy's evidence),
+    /// and its list how soon it went on (`WaitList::calm`).
     pub(super) signaled_at: AtomicU64,
     /// True once the waiter may be in a Ruby sleep and needs a real wake-up.
     sleeping: Cell<bool>,
@@ -42,6 +43,9 @@ pub struct Waiter {
     /// Set (under the GVL) while the waiter may be parked on `park_word`:
     /// its waker must set the word and wake the futex.
     pub(super) parked: Cell<bool>,
+    /// Whether it parked in its first phase (`park_without_gvl`): its
+    /// list then measures how soon it went on once signaled.
+    pub(super) parked_first: Cell<bool>,
     /// Set without the GVL by a spinner about to park after its spin
     /// (`park_after_spin`): likewise. SeqCst with `signaled`, so that
     /// either the waker sees it or the spinner sees the signal.
@@ -51,6 +55,9 @@ pub struct Waiter {
     list_last_wake: Cell<u64>,
     /// The CPU the list's last waker ran on (-1: unknown), as seen at entry.
     list_last_wake_cpu: Cell<i32>,
+    /// Whether its list (every list of a group) was calm when it entered
+    /// (`WaitList::calm`).
+    list_calm: Cell<bool>,
     /// The list it is enlisted on (`enter`): `leave` must be called on that
     /// one, at that address (see `leave`).
     list: Cell<*const WaitList>,
@@ -108,9 +115,11 @@ impl Waiter {
             sleeping: Cell::new(false),
             park_word: AtomicU32::new(0),
             parked: Cell::new(false),
+            parked_first: Cell::new(false),
             parking: AtomicBool::new(false),
             list_last_wake: Cell::new(0),
             list_last_wake_cpu: Cell::new(-1),
+            list_calm: Cell::new(true),
             thread,
             fiber,
             scheduler,
@@ -173,6 +182,12 @@ impl Waiter {
         self.list_last_wake_cpu.get()
     }
 
+    /// Whether its list (every list of a group) was calm when it entered
+    /// (`WaitList::calm`).
+    pub fn list_calm(&self) -> bool {
+        self.list_calm.get()
+    }
+
     /// A handle to Ruby's API for the waiter's code: a waiter is made only
     /// on a thread holding the main Ractor's GVL (`current` checks), is
     /// not Send, reaches another thread only through a list's hand-out
@@ -196,9 +211,6 @@ impl Waiter {
         let head = self.head();
         head.wake_epoch
             .store(GVL_RELEASES.load(Ordering::Acquire), Ordering::Relaxed);
-        if !head.sleeping.get() {
-            head.signaled_at.store(monotonic_ns(), Ordering::Relaxed);
-        }
         if !ptr::eq(head, self) {
             self.signaled.store(true, Ordering::Release);
         }
@@ -314,7 +326,25 @@ pub struct WaitList {
     /// unknown).
     last_wake: u64,
     last_wake_cpu: i32,
+    /// Whether it has ever held two waiters at once (a pool, many
+    /// producers), unlike a ping-pong's list (one waiter at a time; two
+    /// threads waiting in turn on one condition variable hand each other
+    /// the wake-up before they enter). Sticky, until a fork's
+    /// `forget_all`.
+    crowded: bool,
+    /// The share of its woken parked waiters that went on later than
+    /// [`PROMPT_HANDOFF_NS`] after their signal, in 256ths, a moving
+    /// average over about the last 32.
+    late_share: u16,
 }
+
+/// A woken waiter that went on (took the GVL, its mutex) within this long
+/// of its signal had a waker that blocked right after the wake-up, as in
+/// a ping-pong (under 10 µs for nearly all hand-offs of the pinned
+/// ping-pong rows; 10-100 µs for most where one producer and many
+/// consumers meet: docs/design-details.md, "Parking: wake-ups that do
+/// not preempt").
+const PROMPT_HANDOFF_NS: u64 = 10_000;
 
 /// When any wait list of the process last woke someone (`monotonic_ns`;
 /// 0: never), and the waker's CPU. A list that has never woken anyone (a
@@ -355,7 +385,22 @@ impl WaitList {
             in_flight: 0,
             last_wake: 0,
             last_wake_cpu: -1,
+            crowded: false,
+            late_share: 0,
         }
+    }
+
+    /// Whether its hand-offs look like a ping-pong's: it has never held two
+    /// waiters at once, and its woken parked waiters have mostly gone on
+    /// within [`PROMPT_HANDOFF_NS`] of their signal (fewer than a quarter
+    /// late, lately; a run of eight late ones, such as a pause for a GC,
+    /// is not enough). Where one CPU runs the waker and the woken, a
+    /// parked waiter of a calm list need not preempt its waker
+    /// (sys::park). On Ruby 3.3+ only a calm list's waits park
+    /// (crate::spin), so a list found not calm stays so: its waits sleep
+    /// in Ruby, as before parking there.
+    pub fn calm(&self) -> bool {
+        !self.crowded && self.late_share < 64
     }
 
     #[inline(always)]
@@ -424,11 +469,19 @@ impl WaitList {
         w.list.set(self);
         w.list_last_wake.set(last_wake);
         w.list_last_wake_cpu.set(last_wake_cpu);
-        // A group is as active as the most active of its lists.
+        // Itself and another.
+        self.crowded |= self.linked > 1;
+        let calm = self.calm();
+        w.list_calm.set(calm);
+        // A group is as active as the most active of its lists, and calm
+        // only if all are.
         let head = w.head();
         if last_wake > head.list_last_wake.get() {
             head.list_last_wake.set(last_wake);
             head.list_last_wake_cpu.set(last_wake_cpu);
+        }
+        if !calm {
+            head.list_calm.set(false);
         }
         self.waiting += 1;
     }
@@ -509,6 +562,9 @@ impl WaitList {
             self.in_flight += 1;
             self.last_wake = monotonic_ns();
             self.last_wake_cpu = waker_cpu();
+            w.head()
+                .signaled_at
+                .store(self.last_wake, Ordering::Relaxed);
             PROCESS_LAST_WAKE_NS.store(self.last_wake, Ordering::Relaxed);
             PROCESS_LAST_WAKE_CPU.store(self.last_wake_cpu, Ordering::Relaxed);
             // SAFETY: as above; the lifetime is tied to `&mut self`, i.e.
@@ -539,8 +595,19 @@ impl WaitList {
         }
         if w.woken_here.replace(false) {
             self.in_flight = self.in_flight.saturating_sub(1);
+            let head = w.head();
+            if head.parked_first.get() {
+                let at = head.signaled_at.load(Ordering::Relaxed);
+                self.note_handoff(monotonic_ns().saturating_sub(at) > PROMPT_HANDOFF_NS);
+            }
         }
         self.waiting = self.waiting.saturating_sub(1);
+    }
+
+    /// Counts a woken parked waiter that went on `late` or promptly (see
+    /// `late_share`).
+    fn note_handoff(&mut self, late: bool) {
+        self.late_share = self.late_share - self.late_share / 32 + if late { 8 } else { 0 };
     }
 
     /// Forgets every waiter (used in a forked child, whose parent threads
@@ -683,6 +750,37 @@ mod tests {
                 while_enlisted(cell, list, &w, || enlisted(cell, rest, body))
             }
         }
+    }
+
+    #[test]
+    fn a_list_is_calm_until_it_holds_two_waiters_or_its_hand_offs_run_late() {
+        let _serial = serial();
+        let cell = GvlCell::new(WaitList::new());
+        // One waiter at a time (a ping-pong): calm, and its waiters know.
+        for id in 1..=3 {
+            let w = waiter(id);
+            while_enlisted(&cell, list, &w, || assert!(w.list_calm()));
+        }
+        cell.with(|l| {
+            assert!(l.calm());
+            // A run of eight late hand-offs (a pause) leaves it calm; the
+            // ninth does not; prompt ones bring it back.
+            for _ in 0..8 {
+                l.note_handoff(true);
+            }
+            assert!(l.calm());
+            l.note_handoff(true);
+            assert!(!l.calm());
+            for _ in 0..3 {
+                l.note_handoff(false);
+            }
+            assert!(l.calm());
+        });
+        // Two waiters at once: crowded, for good.
+        enlisted(&cell, &[1, 2], || {});
+        assert!(!cell.with(|l| l.calm()));
+        let w = waiter(3);
+        while_enlisted(&cell, list, &w, || assert!(!w.list_calm()));
     }
 
     #[test]
