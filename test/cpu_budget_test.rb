@@ -196,12 +196,14 @@ class CpuBudgetTest < Minitest::Test
   end
 
   # A quota of at most one CPU is one CPU: no wait spins (active ones
-  # park, as pinned), and nothing is lost.
+  # park, as pinned), and nothing is lost. (On 3.3+ a list parks while its
+  # hand-offs are prompt, and this child is not pinned: its wake-ups may
+  # cross CPUs and run late, so there it need only have parked.)
   def test_a_half_cpu_quota_counts_as_one_cpu
     r = child_under_quota(50_000)
     assert_equal [1, 0.5, 1, r[:cgroup]], r[:budget].values_at(:cpus, :quota_cpus, :cgroup_version, :cgroup)
     assert_equal [(0...2000).sum, 0], [r[:sum], r[:stats][:spins]]
-    assert_operator r[:stats][:parks], :>, 1000 if WAITS_PARK
+    assert_operator r[:stats][:parks], :>, RUBY_VERSION < "3.3" ? 1000 : 0 if WAITS_PARK
   end
 
   # A quota of 1.2 CPUs counts as 2 CPUs but never leaves the one and a

@@ -31,10 +31,10 @@ RBS_MODE = ENV["RAPID_THREAD_RBS"] == "1"
 # the loaded build says which it is.
 PORTABLE_BUILD = RapidThread.cpu_budget[:portable]
 raise "RAPID_THREAD_PORTABLE=1 but the Linux build is loaded" if ENV["RAPID_THREAD_PORTABLE"] == "1" && !PORTABLE_BUILD
-# On one CPU, active waits on a calm list (a ping-pong's: sys/wait_list.rs,
-# `calm`) park on every Ruby (spin.rs, `parking_allowed`), but not in the
-# portable build (no futexes); elsewhere those that may not spin sleep in
-# Ruby.
+# On one CPU, active waits park: on Ruby 3.1/3.2 all, on 3.3+ those of calm
+# lists (a ping-pong's: sys/wait_list.rs, `calm`; spin.rs,
+# `parking_allowed`); not in the portable build (no futexes). Elsewhere
+# those that may not spin sleep in Ruby.
 WAITS_PARK = !PORTABLE_BUILD
 require_relative "rbs/setup" if RBS_MODE
 require "minitest/autorun"

@@ -109,7 +109,8 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
             let deadline = wait::deadline_after(limit);
             let mut step = wait::first_step(w, deadline);
             if let Step::Sleep = step {
-                // Ruby's sleep at once (a dormant list, a busy machine on 3.3+):
+                // Ruby's sleep at once (a dormant list; on 3.3+ a busy
+                // machine, or a list that is not calm):
                 // in Mutex#sleep itself, as stock's wait sleeps, instead
                 // of unlocking, sleeping on a private mutex and re-locking
                 // (8% of a pinned condvar ping-pong on 3.3.8). A trap

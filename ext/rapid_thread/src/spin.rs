@@ -48,9 +48,10 @@
 //! is, but without the lock hand-off of Ruby's sleep: a pinned ping-pong
 //! made 7.6 context switches per round trip in Ruby's sleep (stock: 7.9),
 //! 5.0 parked, 2.0 where the woken waiter does not preempt its waker
-//! (`sys::park`). On a busy machine only where the wake-up will come from
-//! the waiter's own CPU (see [`plan`]), and there on Ruby 3.1/3.2 only
-//! (see `parking_allowed`).
+//! (`sys::park`; with one CPU, on a calm list, `sys::WaitList::calm`). On
+//! a busy machine only where the wake-up will come from the waiter's own
+//! CPU (see [`plan`]), and there on Ruby 3.1/3.2 only; on 3.3+ only with
+//! one CPU and a calm list (see `parking_allowed`).
 //!
 //! A spin that ends without its wake-up parks too, on every Ruby, for at
 //! most [`PARK_LIMIT`] (`Budget::park`; not in the portable build, which
@@ -423,8 +424,10 @@ fn off_reason() -> Option<Off> {
 pub enum Plan {
     /// Spin with the GVL released (a CPU is free).
     Spin(Budget),
-    /// Park on a futex with the GVL released, for at most this long.
-    Park(Duration),
+    /// Park on a futex with the GVL released, for at most `limit`;
+    /// `calm`: on one CPU and a calm list, so without preempting its
+    /// waker when woken (`sys::park_without_gvl`).
+    Park { limit: Duration, calm: bool },
 }
 
 /// The first phase of a wait on a list that last woke someone at
@@ -474,7 +477,8 @@ pub fn plan(
             return None;
         }
         PARKS.fetch_add(1, Ordering::Relaxed);
-        return Some(Plan::Park(limit));
+        let calm = calm && why == Off::OneCpu;
+        return Some(Plan::Park { limit, calm });
     }
     if alone() {
         return None;

@@ -124,30 +124,45 @@ mod imp {
     /// scheduler never lets preempt on wake-up ("driven by the tick"), and
     /// back to SCHED_OTHER on drop. Only a thread whose policy is
     /// SCHED_OTHER is changed (a real-time or idle one is left alone), and
-    /// nothing is changed where the calls fail (a seccomp filter). A
+    /// nothing is changed where the calls fail (a seccomp filter). System
+    /// calls, not libc's wrappers: musl's are stubs that fail. A
     /// policy that another thread gives this one while it is parked
     /// (`chrt -p`, 10 ms at most) is overwritten by the restore.
     pub struct WakeupPreemptionOff(bool);
 
     impl WakeupPreemptionOff {
         pub fn new() -> WakeupPreemptionOff {
-            let param = libc::sched_param { sched_priority: 0 };
-            // SAFETY: plain calls on the calling thread (0); `param` is on
-            // our stack. The nice value is kept by both policies.
-            WakeupPreemptionOff(unsafe {
-                libc::sched_getscheduler(0) == libc::SCHED_OTHER
-                    && libc::sched_setscheduler(0, libc::SCHED_BATCH, &param) == 0
-            })
+            // SAFETY: a plain query of the calling thread (0).
+            let policy = unsafe { libc::syscall(libc::SYS_sched_getscheduler, 0) };
+            WakeupPreemptionOff(
+                policy == libc::SCHED_OTHER as libc::c_long && set_policy(libc::SCHED_BATCH),
+            )
         }
     }
 
     impl Drop for WakeupPreemptionOff {
         fn drop(&mut self) {
+            // Back to the policy `new` found.
             if self.0 {
-                let param = libc::sched_param { sched_priority: 0 };
-                // SAFETY: as in `new`; back to the policy `new` found.
-                unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) };
+                let restored = set_policy(libc::SCHED_OTHER);
+                debug_assert!(restored, "could not restore SCHED_OTHER");
             }
+        }
+    }
+
+    /// Sets the calling thread's policy (priority 0; the nice value is
+    /// kept); whether it took.
+    fn set_policy(policy: libc::c_int) -> bool {
+        let param = libc::sched_param { sched_priority: 0 };
+        // SAFETY: the calling thread (0); the kernel only reads `param`,
+        // on our stack.
+        unsafe {
+            libc::syscall(
+                libc::SYS_sched_setscheduler,
+                0,
+                policy,
+                &param as *const libc::sched_param,
+            ) == 0
         }
     }
 

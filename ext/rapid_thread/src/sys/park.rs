@@ -27,9 +27,9 @@ use super::*;
 /// a local waker: crate::spin's `plan`). Woken, the thread would run at
 /// once, preempting its waker, which holds the GVL: it finds the GVL
 /// taken, sleeps again, and waits for the waker to give it up; two
-/// context switches more per hand-off. On a calm list (`calm`:
-/// `WaitList::calm`, hand-offs like a ping-pong's, whose waker blocks
-/// right after the wake-up) the parked thread does not preempt on
+/// context switches more per hand-off. With one CPU and a calm list
+/// (`calm`: `WaitList::calm`, hand-offs like a ping-pong's, whose waker
+/// blocks right after the wake-up) the parked thread does not preempt on
 /// wake-up (`WakeupPreemptionOff`): the waker runs on until it blocks,
 /// and the woken thread then takes the free GVL. A pinned
 /// condition-variable ping-pong made 2 context switches per round trip
@@ -97,17 +97,17 @@ const PARK_INTERRUPTED: u32 = 2;
 
 /// Parks the current thread with the GVL released until `w` is signaled,
 /// an interrupt arrives (Thread#raise, kill, a signal, Thread#wakeup) or
-/// `limit` passes. Returns with the GVL held; never raises (the caller runs
-/// pending interrupts; `Waiter::interrupted` tells whether one ended it).
-pub fn park_without_gvl(w: &Waiter, limit: Duration) {
+/// `limit` passes; without preempting its waker when woken if `calm`
+/// (see `park_phase`). Returns with the GVL held; never raises (the
+/// caller runs pending interrupts; `Waiter::interrupted` tells whether one
+/// ended it).
+pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) {
     // A Waiter serves one wait: an interrupt flag left from an earlier
     // phase would end this one at once.
     debug_assert!(!w.interrupted.load(Ordering::SeqCst));
     // Under the GVL, as the waker reads it: set from before the GVL is
     // released until it is taken back.
     w.parked.set(true);
-    w.parked_first.set(true);
-    let calm = w.list_calm();
     // SAFETY: the waiter outlives the call; the unblock function only
     // touches the waiter's atomics and wakes its futex; park_phase
     // does not touch Ruby.
@@ -119,6 +119,9 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration) {
         )
     };
     w.parked.set(false);
+    // Its list judges how soon a woken parked waiter went on (a park that
+    // timed out says nothing of that).
+    w.parked_first.set(w.signaled());
 }
 
 /// Whether wake-ups record their waker's CPU (`waker_cpu`): set once at

@@ -333,9 +333,9 @@ pub struct WaitList {
     /// `forget_all`.
     crowded: bool,
     /// The share of its woken parked waiters that went on later than
-    /// [`PROMPT_HANDOFF_NS`] after their signal, in 256ths, a moving
-    /// average over about the last 32.
-    late_share: u16,
+    /// [`PROMPT_HANDOFF_NS`] after their signal, in 65536ths, a moving
+    /// average over about the last 32 (fine enough to decay to 0).
+    late_share: u32,
 }
 
 /// A woken waiter that went on (took the GVL, its mutex) within this long
@@ -393,14 +393,14 @@ impl WaitList {
     /// Whether its hand-offs look like a ping-pong's: it has never held two
     /// waiters at once, and its woken parked waiters have mostly gone on
     /// within [`PROMPT_HANDOFF_NS`] of their signal (fewer than a quarter
-    /// late, lately; a run of eight late ones, such as a pause for a GC,
+    /// late, lately; a run of nine late ones, such as a pause for a GC,
     /// is not enough). Where one CPU runs the waker and the woken, a
     /// parked waiter of a calm list need not preempt its waker
     /// (sys::park). On Ruby 3.3+ only a calm list's waits park
     /// (crate::spin), so a list found not calm stays so: its waits sleep
     /// in Ruby, as before parking there.
     pub fn calm(&self) -> bool {
-        !self.crowded && self.late_share < 64
+        !self.crowded && self.late_share < 16384
     }
 
     #[inline(always)]
@@ -607,7 +607,7 @@ impl WaitList {
     /// Counts a woken parked waiter that went on `late` or promptly (see
     /// `late_share`).
     fn note_handoff(&mut self, late: bool) {
-        self.late_share = self.late_share - self.late_share / 32 + if late { 8 } else { 0 };
+        self.late_share = self.late_share - self.late_share / 32 + if late { 2048 } else { 0 };
     }
 
     /// Forgets every waiter (used in a forked child, whose parent threads
@@ -763,9 +763,9 @@ mod tests {
         }
         cell.with(|l| {
             assert!(l.calm());
-            // A run of eight late hand-offs (a pause) leaves it calm; the
-            // ninth does not; prompt ones bring it back.
-            for _ in 0..8 {
+            // A run of nine late hand-offs (a pause) leaves it calm; the
+            // tenth does not; prompt ones bring it back.
+            for _ in 0..9 {
                 l.note_handoff(true);
             }
             assert!(l.calm());
@@ -781,6 +781,26 @@ mod tests {
         assert!(!cell.with(|l| l.calm()));
         let w = waiter(3);
         while_enlisted(&cell, list, &w, || assert!(!w.list_calm()));
+    }
+
+    /// Ten woken parked waiters that each went on 50 µs after their
+    /// signal (`leave` measures): not calm. The same waits, not parked,
+    /// say nothing.
+    #[test]
+    fn late_parked_hand_offs_make_a_list_not_calm() {
+        let _serial = serial();
+        for parked in [false, true] {
+            let cell = GvlCell::new(WaitList::new());
+            for id in 1..=10 {
+                let w = waiter(id);
+                while_enlisted(&cell, list, &w, || {
+                    w.parked_first.set(parked);
+                    assert_eq!(pop(&cell, true), Some(id));
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                });
+            }
+            assert_eq!(cell.with(|l| l.calm()), !parked);
+        }
     }
 
     #[test]
