@@ -433,8 +433,9 @@ pub enum Plan {
 /// The first phase of a wait on a list that last woke someone at
 /// `list_last_wake` (`sys::monotonic_ns`, 0: never), from CPU
 /// `list_last_wake_cpu` (-1: unknown), whose hand-offs are `calm` (see
-/// `parking_allowed`) or not, until `deadline`; None: Ruby's sleep at once (the list is idle, the thread
-/// alone, or `spin_us` is 0, which turns the first phase off). `alone` is
+/// `parking_allowed`) or not, until `deadline`; None: Ruby's sleep at
+/// once (the list is idle, the thread alone, or `spin_us` is 0, which
+/// turns the first phase off). `alone` is
 /// asked last (it is a call into Ruby): a lone thread has nobody to wake
 /// it.
 ///

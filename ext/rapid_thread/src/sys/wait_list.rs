@@ -43,8 +43,8 @@ pub struct Waiter {
     /// Set (under the GVL) while the waiter may be parked on `park_word`:
     /// its waker must set the word and wake the futex.
     pub(super) parked: Cell<bool>,
-    /// Whether it parked in its first phase (`park_without_gvl`): its
-    /// list then measures how soon it went on once signaled.
+    /// Whether its first phase was a park that ended signaled
+    /// (`park_without_gvl`): its list then measures how soon it went on.
     pub(super) parked_first: Cell<bool>,
     /// Set without the GVL by a spinner about to park after its spin
     /// (`park_after_spin`): likewise. SeqCst with `signaled`, so that
