@@ -282,7 +282,7 @@ class RactorQueueTest < RapidThreadTest
 
   def test_other_classes_stay_in_the_main_ractor
     out = ractors("ractor_queue/other_classes_stay_in_the_main_ractor")
-    assert_equal "[:refused, :refused, :refused]\n1\n", out
+    assert_equal "[:refused, :refused, :refused]\n[false, false, Ractor::UnsafeError]\n1\n", out
   end
 
   # --- across Ractors ------------------------------------------------------

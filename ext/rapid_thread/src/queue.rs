@@ -42,7 +42,7 @@ pub struct State {
     pub items: VecDeque<Held>,
     pub initialized: bool,
     /// Set once, by `close`, which also sets the object's closed flag
-    /// (`sys::set_closed_flag`) that `closed?` reads.
+    /// (`sys::set_closed_flag`) that `closed?` reads (`sys::define_closed_p`).
     pub closed: bool,
     /// Capacity for SizedQueue; 0 for an unbounded Queue.
     pub max: usize,
@@ -768,13 +768,6 @@ fn query(rb_self: Value, read: impl FnOnce(&mut State) -> Option<Value>) -> Opti
     sys::typed_ref::<Queue>(&rb_self)?.state.with(read)
 }
 
-/// `closed?` reads the flag `close` sets on the object, as stock reads
-/// its QUEUE_CLOSED: no typed-data lookup (the receiver is a Queue by
-/// dispatch; the flag of any other object is still readable).
-extern "C" fn closed_fast(rb_self: Value) -> Value {
-    sys::bool_value(&Ruby::get_with(rb_self), sys::closed_flag(rb_self))
-}
-
 struct EmptyFast;
 
 impl sys::FastMethod0 for EmptyFast {
@@ -866,7 +859,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<RClass, Error> {
     class.define_method("marshal_dump", method!(marshal_dump, 0))?;
     class.define_method("freeze", method!(freeze, 0))?;
     class.define_method("close", method!(close, 0))?;
-    class.define_method("closed?", closed_fast as sys::RawMethod0)?;
+    sys::define_closed_p::<Queue>(ruby, class)?;
     class.define_method("push", sys::entry1::<PushFast> as sys::RawMethod1)?;
     class.define_method("pop", sys::entry_v::<PopFast> as sys::RawMethodV)?;
     class.define_method("empty?", sys::entry0::<EmptyFast> as sys::RawMethod0)?;

@@ -8,4 +8,10 @@ r = Ractor.new do
   end
 end
 p r.take
+# closed? reads only the object's header, and is callable anywhere, as
+# stock's is.
+p Ractor.new {
+  [RapidThread::Queue.allocate.closed?, RapidThread::SizedQueue.allocate.closed?,
+   (RapidThread::Queue.allocate.empty? rescue $!.class)]
+}.take
 p Ractor.new { RQ.new.tap { |q| q << 1 }.pop }.take

@@ -15,8 +15,9 @@ use super::*;
 /// Marks the methods defined from now on (until called with `false`) as
 /// callable from any Ractor (`rb_ext_ractor_safe`). Ruby checks the flag
 /// when a method is defined; every other class of the extension is
-/// defined with it off, so their methods raise Ractor::UnsafeError outside
-/// the main Ractor and the GVL-guarded state (`GvlCell`) stays in one.
+/// defined with it off (but `Queue#closed?`, which reads only the object's
+/// header), so their methods raise Ractor::UnsafeError outside the main
+/// Ractor and the GVL-guarded state (`GvlCell`) stays in one.
 pub fn ext_ractor_safe(_: &Ruby, flag: bool) {
     // SAFETY: sets a flag of the current thread's extension-loading state
     // (GVL held: the handle).

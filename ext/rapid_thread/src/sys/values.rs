@@ -262,17 +262,38 @@ pub fn nil(ruby: &Ruby) -> Value {
     ruby.qnil().as_value()
 }
 
-/// The header flag a closed queue carries (`FL_USER5`, thread_sync.c's
-/// QUEUE_CLOSED): false for a special constant.
-#[inline(always)]
-pub fn closed_flag(v: Value) -> bool {
-    let obj = v.as_raw();
-    // SAFETY: a heap object (not a special constant) that Ruby passed us
-    // has a readable RBasic header.
-    !special_const(obj) && unsafe { (*(obj as *const rb_sys::RBasic)).flags } & CLOSED_FLAG != 0
+/// Defines `closed?` on `class`, `T`'s class or one inheriting from it
+/// (checked), as a method that reads the header flag `close` sets
+/// ([`set_closed_flag`]), as stock's reads QUEUE_CLOSED: no type check and
+/// no special-constant check, since the receiver is an instance of `class`
+/// and so a heap object. It reads only the header, so it may run in any
+/// Ractor, as stock's may; that also spares each call Ruby's main-Ractor
+/// check (docs/design-details.md, "Per call").
+pub fn define_closed_p<T: TypedData>(ruby: &Ruby, class: RClass) -> Result<(), Error> {
+    if !class.is_inherited(T::class(ruby)) {
+        return Err(Error::new(
+            ruby.exception_type_error(),
+            "closed? is defined only on the class of its type",
+        ));
+    }
+    super::ext_ractor_safe(ruby, true);
+    let defined = class.define_method("closed?", closed_p as RawMethod0);
+    super::ext_ractor_safe(ruby, false);
+    defined
 }
 
-/// Sets [`closed_flag`] on `v` if it is one of the extension's own `T`
+/// # Safety
+/// Called by Ruby as the method body [`define_closed_p`] registers: the
+/// receiver is an instance of a class that is not Integer, Float, Symbol,
+/// nil's, true's or false's, so a heap object.
+unsafe extern "C" fn closed_p(rb_self: Value) -> Value {
+    // SAFETY: the receiver is a live heap object (the caller's promise),
+    // whose RBasic header is readable from the Ractor that calls it.
+    let flags = unsafe { (*(rb_self.as_raw() as *const rb_sys::RBasic)).flags };
+    bool_value(&Ruby::get_with(rb_self), flags & CLOSED_FLAG != 0)
+}
+
+/// Sets the flag `closed?` reads ([`define_closed_p`]) on `v` if it is one of the extension's own `T`
 /// objects, whose header's user flags are the extension's; on any other
 /// object the bit may mean something to Ruby, so it is left alone. Not on
 /// a shareable object (a RactorQueue): another Ractor may write its
