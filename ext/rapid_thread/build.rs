@@ -1,10 +1,18 @@
-//! Link flags for the cdylib beyond Linux. A Ruby extension leaves Ruby's
-//! symbols undefined, to be found in the running ruby. GNU ld allows that
-//! for a shared library; Apple's linker needs it said. (rb-sys prints the
-//! flag from its own build script, where it reaches only rb-sys' targets.)
-//! Not checked on macOS: no such machine is at hand (README, "Install").
+//! Link flags for the cdylib beyond Linux, and which Ruby it is built for.
+//! A Ruby extension leaves Ruby's symbols undefined, to be found in the
+//! running ruby. GNU ld allows that for a shared library; Apple's linker
+//! needs it said. (rb-sys prints the flag from its own build script, where
+//! it reaches only rb-sys' targets.) Not checked on macOS: no such machine
+//! is at hand (README, "Install").
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
+    // Ruby 3.2+ reports a thread's suspensions to a hook (sys::park keeps a
+    // calm park's policy until the next one); rb-sys says which Ruby this
+    // builds for.
+    println!("cargo:rustc-check-cfg=cfg(ruby_thread_event_hooks)");
+    if std::env::var("DEP_RB_VERSION_GTE_3_2").as_deref() == Ok("true") {
+        println!("cargo:rustc-cfg=ruby_thread_event_hooks");
+    }
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-undefined,dynamic_lookup");
     }

@@ -1,7 +1,14 @@
-# The scheduling policy of a queue ping-pong's echo thread, on one CPU
-# (the test pins it), read from /proc/self/task/<tid>/stat: while it is
-# parked on its calm list it is SCHED_BATCH, which Linux never lets
-# preempt on wake-up, and its Ruby code runs under its own policy.
+# A queue ping-pong on one CPU (the test pins it): the echo thread parks on
+# its calm list, and its wake-up does not preempt its waker, the main
+# thread, which hands over only when it blocks. So a round trip takes two
+# context switches, one each way (the two threads' voluntary and
+# nonvoluntary_ctxt_switches, /proc/self/task/<tid>/status), where a
+# wake-up that preempts makes about five. Ruby 3.1 has the parked thread SCHED_BATCH while
+# it sleeps, which Linux never lets preempt on wake-up (its policy read
+# from /proc/self/task/<tid>/stat); Ruby 3.2+ has the waker wake it only
+# when it gives up the GVL, and changes no policy. The echo thread has its
+# own policy in its Ruby code (a read of its own /proc file) and in a Ruby
+# sleep (Thread.stop).
 # ARGV[0]: the echo thread's own policy, "other" (as made) or "batch"
 # (inherited from the main thread, which chrt sets first): a thread that
 # is not SCHED_OTHER is left alone.
@@ -10,6 +17,7 @@ require "rapid_thread"
 
 POLICIES = { 0 => "other", 3 => "batch" }.freeze
 def policy(tid) = POLICIES.fetch(File.read("/proc/self/task/#{tid}/stat").split(") ").last.split[38].to_i)
+def switches(tid) = File.read("/proc/self/task/#{tid}/status").scan(/^(?:non)?voluntary_ctxt_switches:\s*(\d+)/).sum { |(n)| n.to_i }
 
 system("chrt", "--batch", "-p", "0", Process.pid.to_s, exception: true) if ARGV[0] == "batch"
 ping = RapidThread::Queue.new
@@ -21,6 +29,8 @@ echo = Thread.new do
     own << policy(Thread.current.native_thread_id)
     pong << v
   end
+  pong << :stopping
+  Thread.stop
 end
 tid = pong.pop
 # Once the lists are active, each pop of pong returns after the echo
@@ -30,6 +40,17 @@ parked = 200.times.map do |i|
   pong.pop
   policy(tid)
 end
+both = [Thread.main.native_thread_id, tid]
+before = both.sum { |t| switches(t) }
+2000.times do |i|
+  ping << i
+  pong.pop
+end
+after = both.sum { |t| switches(t) }
 ping << nil
+pong.pop
+Thread.pass until echo.stop?
+stopped = policy(tid)
+echo.wakeup
 echo.join
-puts own.uniq.join(","), parked.tally.fetch("batch", 0) > 100
+puts own.uniq.join(","), parked.tally.fetch("batch", 0) > 100, stopped, after - before

@@ -133,6 +133,9 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
         // SAFETY: `arg` is the NoGvl on call_without_gvl's stack, alive for
         // the whole call, and nothing else uses it meanwhile.
         let a = unsafe { &mut *(arg as *mut NoGvl<B>) };
+        // The GVL is given up: wake the parked waiters this thread's
+        // hand-offs left to this moment (sys::park, deferred wake-ups).
+        wake_deferred();
         if let Some(b) = a.body.take() {
             // Ruby hands this native thread's errno back to the thread that
             // comes next, so the body keeps it: under M:N threads (3.3+,
@@ -155,14 +158,18 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
     // SAFETY: `a` outlives the call; `run` only runs `body`, which does
     // not touch Ruby (the caller's promise), and `ubf_arg` stays valid for
     // the call (likewise).
-    unsafe {
+    in_own_region(|| unsafe {
         rb_sys::rb_thread_call_without_gvl2(
             Some(run::<B>),
             &mut a as *mut NoGvl<B> as *mut c_void,
             Some(ubf),
             ubf_arg as *mut c_void,
         )
-    };
+    });
+    if !a.ran {
+        // Skipped for a pending interrupt, with the GVL kept.
+        wake_deferred();
+    }
     a.ran
 }
 

@@ -119,6 +119,23 @@ mod imp {
         }
     }
 
+    /// Wakes one thread sleeping on the futex word at `addr`, which may be
+    /// gone: a private FUTEX_WAKE uses the address only as a key, and
+    /// futex(2) has every waiter take a wake-up as possibly spurious, from
+    /// code that used the same address before (sys::park, deferred
+    /// wake-ups).
+    pub fn futex_wake_key(addr: usize) {
+        // SAFETY: the kernel neither reads nor writes the address.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                addr as *const u32,
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+            );
+        }
+    }
+
     /// While alive, the calling thread does not preempt its waker when it
     /// is woken (sys::park): its policy is SCHED_BATCH, which Linux's fair
     /// scheduler never lets preempt on wake-up ("driven by the tick"), and
@@ -309,6 +326,10 @@ mod imp {
         drop(b.lock.lock().unwrap_or_else(|e| e.into_inner()));
         b.cond.notify_all();
     }
+
+    /// Nothing here: no thread parks (`PARKING`), so none defers a
+    /// wake-up.
+    pub fn futex_wake_key(_addr: usize) {}
 
     /// Nothing here (no parking, which is what it serves on Linux).
     pub struct WakeupPreemptionOff;

@@ -17,9 +17,12 @@
 //! Ruby's deadlock detector does not count as asleep. The limit (see
 //! `crate::spin`) hands the wait to Ruby's sleep in time.
 
+use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+use magnus::Ruby;
 
 use super::*;
 
@@ -28,21 +31,178 @@ use super::*;
 /// once, preempting its waker, which holds the GVL: it finds the GVL
 /// taken, sleeps again, and waits for the waker to give it up; two
 /// context switches more per hand-off. With one CPU and a calm list
-/// (`calm`: `WaitList::calm`, hand-offs like a ping-pong's, whose waker
-/// blocks right after the wake-up) the parked thread does not preempt on
-/// wake-up (`WakeupPreemptionOff`): the waker runs on until it blocks,
-/// and the woken thread then takes the free GVL. A pinned
-/// condition-variable ping-pong made 2 context switches per round trip
-/// so, 4.8 before (Ruby 3.1.2). Where many threads wait, or the waker
-/// runs on, it cost more than it saved: there a woken thread that runs at
-/// once queues for the GVL in wake-up order (docs/design-details.md,
-/// "Parking: wake-ups that do not preempt").
-fn park_phase(w: &Waiter, limit: Duration, calm: bool) {
+/// (`WaitList::calm`, hand-offs like a ping-pong's, whose waker blocks
+/// right after the wake-up) the wake-up does not preempt ([`Calm`]): the
+/// waker runs on until it gives up the GVL, and the woken thread then
+/// takes it. A pinned condition-variable ping-pong made 2 context switches
+/// per round trip so, 4.8 before (Ruby 3.1.2). Where many threads wait, or
+/// the waker runs on, it cost more than it saved: there a woken thread
+/// that runs at once queues for the GVL in wake-up order
+/// (docs/design-details.md, "Parking: wake-ups that do not preempt").
+fn park_phase(w: &Waiter, limit: Duration, calm: Calm) {
     // A spinner waiting for its waker to give up the GVL may be waiting
     // for us.
     note_gvl_release();
-    let _calm = calm.then(WakeupPreemptionOff::new);
+    let _calm = (calm == Calm::Batch).then(WakeupPreemptionOff::new);
     sleep_on_word(w, limit);
+}
+
+/// How a calm park's wake-up keeps from preempting its waker.
+#[derive(Clone, Copy, PartialEq)]
+pub(super) enum Calm {
+    /// It may preempt (not a calm park).
+    No,
+    /// The parked thread is SCHED_BATCH while it sleeps
+    /// (`WakeupPreemptionOff`): two system calls a park, 0.8-0.9 µs.
+    Batch,
+    /// The waker defers the futex wake-up until it gives up the GVL
+    /// ([`defer_wake`]): no system call but the wake-up itself. Where Ruby
+    /// reports a thread's suspensions (Ruby 3.2+), not under M:N threads,
+    /// and on a list proven a ping-pong (`WaitList::proven`): the hook
+    /// this installs costs every thread's GVL hand-overs a little (2% of
+    /// a pinned vm_thread_condvar2, whose only calm parks are one-offs).
+    Deferred,
+}
+
+// Deferred wake-ups. A calm park's waker holds the GVL, and on one CPU the
+// woken thread can do nothing but queue for it until the waker gives it
+// up; so the waker keeps the futex words to wake (up to DEFERRED_MAX, in
+// its native thread's storage) and wakes them when it gives up the GVL:
+// at the start of its own park, spin or other blocking region
+// (`call_without_gvl`), where the woken thread then takes the free GVL,
+// or at any other suspension (an IO wait, a sleep, a Mutex, the timer's
+// switch, its end: Ruby's hook, [`wake_deferred_on_suspension`]), which
+// Ruby reports before it hands the GVL on. On a busy CPU the woken thread
+// would have found the GVL taken. A waker that holds the GVL for longer
+// than the park's limit (10 ms) finds its waiter gone on by itself: the
+// word was set at once. The wake-up may then reach a word whose waiter
+// has left: FUTEX_WAKE uses the address only as a key, and futex(2) has
+// every waiter take a wake-up as possibly spurious, as ours do.
+const DEFERRED_MAX: usize = 4;
+
+thread_local! {
+    /// Futex words (addresses) whose wake-up this thread deferred; 0: none.
+    static DEFERRED: [Cell<usize>; DEFERRED_MAX] = const { [const { Cell::new(0) }; DEFERRED_MAX] };
+    /// This thread is in `call_without_gvl`'s blocking region, whose body
+    /// wakes the deferred words once the GVL is given up.
+    static OWN_REGION: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Sets a parked waiter's word and wakes it, or leaves the wake-up to the
+/// moment this thread gives up the GVL if the waiter's park asked so
+/// (`Waiter::deferred`). GVL held.
+pub(super) fn wake_parked(w: &Waiter) {
+    w.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
+    if !(w.deferred.get() && defer_wake(&w.park_word)) {
+        futex_wake(&w.park_word, 1);
+    }
+}
+
+/// Keeps `word` to wake later; false if the slots are full.
+fn defer_wake(word: &AtomicU32) -> bool {
+    DEFERRED.with(|slots| {
+        slots
+            .iter()
+            .find(|s| s.get() == 0)
+            .map(|s| s.set(word.as_ptr() as usize))
+            .is_some()
+    })
+}
+
+/// Wakes the futex words this thread deferred. Not for a signal handler
+/// (only Ruby's hook and our own regions call it).
+pub(super) fn wake_deferred() {
+    DEFERRED.with(|slots| {
+        for s in slots {
+            let addr = s.replace(0);
+            if addr != 0 {
+                futex_wake_key(addr);
+            }
+        }
+    });
+}
+
+/// A forked child has none of the parent's other threads to wake.
+pub(super) fn forget_deferred() {
+    DEFERRED.with(|slots| slots.iter().for_each(|s| s.set(0)));
+}
+
+/// Runs `f` (which releases the GVL and wakes the deferred words itself)
+/// with Ruby's suspension hook told to leave them.
+pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
+    let outer = OWN_REGION.replace(true);
+    let r = f();
+    OWN_REGION.set(outer);
+    r
+}
+
+/// Whether calm parks defer their wake-ups ([`Calm::Deferred`]): Ruby's
+/// suspension hook is installed on the first call (GVL held: the handle).
+#[cfg(ruby_thread_event_hooks)]
+fn deferring(_: &Ruby) -> bool {
+    use std::sync::atomic::AtomicU8;
+    const UNTRIED: u8 = 0;
+    const ON: u8 = 1;
+    static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
+    match STATE.load(Ordering::Relaxed) {
+        UNTRIED => {
+            // SAFETY: the GVL is held (the handle); the hook only reads and
+            // writes this thread's own slots and makes system calls.
+            let on = !mn_threads()
+                && !unsafe {
+                    rb_sys::rb_internal_thread_add_event_hook(
+                        Some(wake_deferred_on_suspension),
+                        rb_sys::RUBY_INTERNAL_THREAD_EVENT_SUSPENDED,
+                        std::ptr::null_mut(),
+                    )
+                }
+                .is_null();
+            STATE.store(if on { ON } else { ON + 1 }, Ordering::Relaxed);
+            on
+        }
+        s => s == ON,
+    }
+}
+
+#[cfg(not(ruby_thread_event_hooks))]
+fn deferring(_: &Ruby) -> bool {
+    false
+}
+
+/// Ruby's hook on a thread's suspension, which runs on that thread (maybe
+/// under Ruby's scheduler lock) before it gives up the GVL: wakes what it
+/// deferred, unless the suspension begins one of our own regions. errno
+/// is kept: the wait that follows may read it.
+#[cfg(ruby_thread_event_hooks)]
+unsafe extern "C" fn wake_deferred_on_suspension(
+    _: rb_sys::rb_event_flag_t,
+    _: *const rb_sys::rb_internal_thread_event_data_t,
+    _: *mut c_void,
+) {
+    if !OWN_REGION.get() {
+        keeping_errno(wake_deferred);
+    }
+}
+
+/// Whether Ruby runs this process's main-Ractor threads M:N
+/// (`RUBY_MN_THREADS`, read as Ruby 3.3+ reads it when it starts, from
+/// the environment the process began with): there a native thread runs
+/// many Ruby threads, and deferring was not measured.
+#[cfg(ruby_thread_event_hooks)]
+fn mn_threads() -> bool {
+    let Ok(env) = std::fs::read("/proc/self/environ") else {
+        // Unknown: the side that was measured.
+        return true;
+    };
+    env.split(|&b| b == 0)
+        .filter_map(|kv| kv.strip_prefix(b"RUBY_MN_THREADS="))
+        .next_back()
+        .is_some_and(|v| {
+            let digits = v.iter().take_while(|b| b.is_ascii_digit());
+            digits.fold(0u64, |n, &d| {
+                n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
+            }) > 0
+        })
 }
 
 /// Sleeps on the waiter's futex word until it is set or `limit` passes.
@@ -108,6 +268,12 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) {
     // Under the GVL, as the waker reads it: set from before the GVL is
     // released until it is taken back.
     w.parked.set(true);
+    let calm = match calm {
+        false => Calm::No,
+        true if w.list_proven() && deferring(&w.ruby()) => Calm::Deferred,
+        true => Calm::Batch,
+    };
+    w.deferred.set(calm == Calm::Deferred);
     // SAFETY: the waiter outlives the call; the unblock function only
     // touches the waiter's atomics and wakes its futex; park_phase
     // does not touch Ruby.
@@ -118,6 +284,7 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) {
             w as *const Waiter as *const c_void,
         )
     };
+    w.deferred.set(false);
     w.parked.set(false);
     // Its list judges how soon a woken parked waiter went on (a park that
     // timed out says nothing of that).

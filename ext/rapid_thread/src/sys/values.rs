@@ -664,6 +664,7 @@ static FORK_GEN: AtomicU64 = AtomicU64::new(0);
 
 extern "C" fn after_fork_child() {
     FORK_GEN.fetch_add(1, Ordering::Relaxed);
+    super::forget_deferred();
 }
 
 /// What a fork does to the fork generation, for the unit tests.

@@ -43,6 +43,9 @@ pub struct Waiter {
     /// Set (under the GVL) while the waiter may be parked on `park_word`:
     /// its waker must set the word and wake the futex.
     pub(super) parked: Cell<bool>,
+    /// Set (under the GVL) while it is in a park whose waker defers the
+    /// futex wake-up until it gives up the GVL (`sys::park`, `Calm`).
+    pub(super) deferred: Cell<bool>,
     /// Whether its first phase was a park that ended signaled
     /// (`park_without_gvl`): its list then measures how soon it went on.
     pub(super) parked_first: Cell<bool>,
@@ -58,6 +61,9 @@ pub struct Waiter {
     /// Whether its list (every list of a group) was calm when it entered
     /// (`WaitList::calm`).
     list_calm: Cell<bool>,
+    /// Whether its list (every list of a group) had shown itself a
+    /// ping-pong when it entered (`WaitList::proven`).
+    list_proven: Cell<bool>,
     /// The list it is enlisted on (`enter`): `leave` must be called on that
     /// one, at that address (see `leave`).
     list: Cell<*const WaitList>,
@@ -115,11 +121,13 @@ impl Waiter {
             sleeping: Cell::new(false),
             park_word: AtomicU32::new(0),
             parked: Cell::new(false),
+            deferred: Cell::new(false),
             parked_first: Cell::new(false),
             parking: AtomicBool::new(false),
             list_last_wake: Cell::new(0),
             list_last_wake_cpu: Cell::new(-1),
             list_calm: Cell::new(true),
+            list_proven: Cell::new(true),
             thread,
             fiber,
             scheduler,
@@ -188,6 +196,10 @@ impl Waiter {
         self.list_calm.get()
     }
 
+    pub fn list_proven(&self) -> bool {
+        self.list_proven.get()
+    }
+
     /// A handle to Ruby's API for the waiter's code: a waiter is made only
     /// on a thread holding the main Ractor's GVL (`current` checks), is
     /// not Send, reaches another thread only through a list's hand-out
@@ -220,11 +232,11 @@ impl Waiter {
         // before a spinner's last look at `signaled`): set its futex word,
         // then wake it (FUTEX_WAIT compares the word atomically). Woken
         // here, where the waiter is sure to be in its frame (it must take
-        // the GVL to leave it), so that no pointer to the word outlives
-        // this call. Other waiters cost two flag reads.
+        // the GVL to leave it), or, for a calm park that asked it, when
+        // this thread gives up the GVL (`wake_parked`). Other waiters cost
+        // two flag reads.
         if head.parked.get() || head.parking.load(Ordering::SeqCst) {
-            head.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
-            futex_wake(&head.park_word, 1);
+            wake_parked(head);
         }
         WakeTarget {
             thread: head.thread,
@@ -336,7 +348,14 @@ pub struct WaitList {
     /// [`PROMPT_HANDOFF_NS`] after their signal, in 65536ths, a moving
     /// average over about the last 32 (fine enough to decay to 0).
     late_share: u32,
+    /// Its woken parked waiters that went on promptly, up to
+    /// [`PROVEN_PARKS`].
+    prompt_parks: u8,
 }
+
+/// Prompt parked hand-offs after which a calm list counts as a ping-pong
+/// for good (`WaitList::proven`).
+const PROVEN_PARKS: u8 = 8;
 
 /// A woken waiter that went on (took the GVL, its mutex) within this long
 /// of its signal had a waker that blocked right after the wake-up, as in
@@ -387,6 +406,7 @@ impl WaitList {
             last_wake_cpu: -1,
             crowded: false,
             late_share: 0,
+            prompt_parks: 0,
         }
     }
 
@@ -401,6 +421,16 @@ impl WaitList {
     /// in Ruby, as before parking there.
     pub fn calm(&self) -> bool {
         !self.crowded && self.late_share < 16384
+    }
+
+    /// Whether it is calm and has shown itself a ping-pong: at least
+    /// [`PROVEN_PARKS`] of its woken parked waiters went on promptly. A
+    /// fresh list is calm, but its waits may be one-offs (a condition
+    /// variable per future, a thread's start-up): only a proven one's
+    /// wake-ups are deferred (sys::park), which installs a hook every
+    /// thread then pays for.
+    pub fn proven(&self) -> bool {
+        self.calm() && self.prompt_parks >= PROVEN_PARKS
     }
 
     #[inline(always)]
@@ -473,6 +503,8 @@ impl WaitList {
         self.crowded |= self.linked > 1;
         let calm = self.calm();
         w.list_calm.set(calm);
+        let proven = self.proven();
+        w.list_proven.set(proven);
         // A group is as active as the most active of its lists, and calm
         // only if all are.
         let head = w.head();
@@ -482,6 +514,9 @@ impl WaitList {
         }
         if !calm {
             head.list_calm.set(false);
+        }
+        if !proven {
+            head.list_proven.set(false);
         }
         self.waiting += 1;
     }
@@ -608,6 +643,9 @@ impl WaitList {
     /// `late_share`).
     fn note_handoff(&mut self, late: bool) {
         self.late_share = self.late_share - self.late_share / 32 + if late { 2048 } else { 0 };
+        if !late {
+            self.prompt_parks = self.prompt_parks.saturating_add(1).min(PROVEN_PARKS);
+        }
     }
 
     /// Forgets every waiter (used in a forked child, whose parent threads
@@ -781,6 +819,32 @@ mod tests {
         assert!(!cell.with(|l| l.calm()));
         let w = waiter(3);
         while_enlisted(&cell, list, &w, || assert!(!w.list_calm()));
+    }
+
+    /// A calm list whose woken parked waiters went on promptly eight times
+    /// is proven; not before, and not once it is not calm.
+    #[test]
+    fn a_calm_list_is_proven_after_eight_prompt_parked_hand_offs() {
+        let _serial = serial();
+        let cell = GvlCell::new(WaitList::new());
+        cell.with(|l| {
+            for _ in 0..7 {
+                l.note_handoff(false);
+            }
+            assert!(l.calm() && !l.proven());
+            l.note_handoff(false);
+            assert!(l.proven());
+        });
+        let w = waiter(1);
+        while_enlisted(&cell, list, &w, || assert!(w.list_proven()));
+        cell.with(|l| {
+            for _ in 0..10 {
+                l.note_handoff(true);
+            }
+            assert!(!l.calm() && !l.proven());
+        });
+        let w = waiter(2);
+        while_enlisted(&cell, list, &w, || assert!(!w.list_proven()));
     }
 
     /// Ten woken parked waiters that each went on 50 µs after their
