@@ -5,8 +5,9 @@
 # nonvoluntary_ctxt_switches, /proc/self/task/<tid>/status), where a
 # wake-up that preempts makes about five. Ruby 3.1 has the parked thread SCHED_BATCH while
 # it sleeps, which Linux never lets preempt on wake-up (its policy read
-# from /proc/self/task/<tid>/stat); Ruby 3.2+ has the waker wake it only
-# when it gives up the GVL, and changes no policy. The echo thread has its
+# from /proc/self/task/<tid>/stat); Ruby 3.2+, once the process has made
+# 256 calm parks, has the waker wake it only when it gives up the GVL,
+# and changes no policy. The echo thread has its
 # own policy in its Ruby code (a read of its own /proc file) and in a Ruby
 # sleep (Thread.stop).
 # ARGV[0]: the echo thread's own policy, "other" (as made) or "batch"
@@ -33,8 +34,13 @@ echo = Thread.new do
   Thread.stop
 end
 tid = pong.pop
-# Once the lists are active, each pop of pong returns after the echo
-# thread pushed and went back to ping.pop, where it parks.
+# Ruby 3.2+ defers wake-ups once the process has made 256 calm parks.
+300.times do |i|
+  ping << i
+  pong.pop
+end
+# Each pop of pong returns after the echo thread pushed and went back to
+# ping.pop, where it parks.
 parked = 200.times.map do |i|
   ping << i
   pong.pop

@@ -58,9 +58,8 @@ pub(super) enum Calm {
     /// The waker defers the futex wake-up until it gives up the GVL
     /// ([`defer_wake`]): no system call but the wake-up itself. Where Ruby
     /// reports a thread's suspensions (Ruby 3.2+), not under M:N threads,
-    /// and on a list proven a ping-pong (`WaitList::proven`): the hook
-    /// this installs costs every thread's GVL hand-overs a little (2% of
-    /// a pinned vm_thread_condvar2, whose only calm parks are one-offs).
+    /// and once the process has made [`CALM_PARKS_BEFORE_DEFERRING`] calm
+    /// parks.
     Deferred,
 }
 
@@ -136,15 +135,28 @@ pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Whether calm parks defer their wake-ups ([`Calm::Deferred`]): Ruby's
-/// suspension hook is installed on the first call (GVL held: the handle).
+/// Calm parks before the process defers their wake-ups. Ruby's hook,
+/// once installed, costs every thread's GVL events a read lock on Ruby's
+/// hook list: vm_thread_condvar2 (pinned, Ruby 3.4.5), whose only calm
+/// parks are its hundred threads' start-ups, ran 2% slower with it. A
+/// process that parks calmly often (a ping-pong: two parks a round trip)
+/// gets past this in a few milliseconds.
+const CALM_PARKS_BEFORE_DEFERRING: u32 = 256;
+
+/// Whether this calm park defers its wake-up ([`Calm::Deferred`]). Counts
+/// the process's calm parks, and installs Ruby's suspension hook at the
+/// one that reaches [`CALM_PARKS_BEFORE_DEFERRING`] (GVL held: the handle).
 #[cfg(ruby_thread_event_hooks)]
 fn deferring(_: &Ruby) -> bool {
-    use std::sync::atomic::AtomicU8;
+    use std::sync::atomic::{AtomicU32, AtomicU8};
     const UNTRIED: u8 = 0;
     const ON: u8 = 1;
     static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
+    static CALM_PARKS: AtomicU32 = AtomicU32::new(0);
     match STATE.load(Ordering::Relaxed) {
+        UNTRIED if CALM_PARKS.fetch_add(1, Ordering::Relaxed) < CALM_PARKS_BEFORE_DEFERRING => {
+            false
+        }
         UNTRIED => {
             // SAFETY: the GVL is held (the handle); the hook only reads and
             // writes this thread's own slots and makes system calls.
@@ -270,7 +282,7 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) {
     w.parked.set(true);
     let calm = match calm {
         false => Calm::No,
-        true if w.list_proven() && deferring(&w.ruby()) => Calm::Deferred,
+        true if deferring(&w.ruby()) => Calm::Deferred,
         true => Calm::Batch,
     };
     w.deferred.set(calm == Calm::Deferred);

@@ -61,9 +61,6 @@ pub struct Waiter {
     /// Whether its list (every list of a group) was calm when it entered
     /// (`WaitList::calm`).
     list_calm: Cell<bool>,
-    /// Whether its list (every list of a group) had shown itself a
-    /// ping-pong when it entered (`WaitList::proven`).
-    list_proven: Cell<bool>,
     /// The list it is enlisted on (`enter`): `leave` must be called on that
     /// one, at that address (see `leave`).
     list: Cell<*const WaitList>,
@@ -127,7 +124,6 @@ impl Waiter {
             list_last_wake: Cell::new(0),
             list_last_wake_cpu: Cell::new(-1),
             list_calm: Cell::new(true),
-            list_proven: Cell::new(true),
             thread,
             fiber,
             scheduler,
@@ -194,10 +190,6 @@ impl Waiter {
     /// (`WaitList::calm`).
     pub fn list_calm(&self) -> bool {
         self.list_calm.get()
-    }
-
-    pub fn list_proven(&self) -> bool {
-        self.list_proven.get()
     }
 
     /// A handle to Ruby's API for the waiter's code: a waiter is made only
@@ -348,14 +340,7 @@ pub struct WaitList {
     /// [`PROMPT_HANDOFF_NS`] after their signal, in 65536ths, a moving
     /// average over about the last 32 (fine enough to decay to 0).
     late_share: u32,
-    /// Its woken parked waiters that went on promptly, up to
-    /// [`PROVEN_PARKS`].
-    prompt_parks: u8,
 }
-
-/// Prompt parked hand-offs after which a calm list counts as a ping-pong
-/// for good (`WaitList::proven`).
-const PROVEN_PARKS: u8 = 8;
 
 /// A woken waiter that went on (took the GVL, its mutex) within this long
 /// of its signal had a waker that blocked right after the wake-up, as in
@@ -406,7 +391,6 @@ impl WaitList {
             last_wake_cpu: -1,
             crowded: false,
             late_share: 0,
-            prompt_parks: 0,
         }
     }
 
@@ -421,16 +405,6 @@ impl WaitList {
     /// in Ruby, as before parking there.
     pub fn calm(&self) -> bool {
         !self.crowded && self.late_share < 16384
-    }
-
-    /// Whether it is calm and has shown itself a ping-pong: at least
-    /// [`PROVEN_PARKS`] of its woken parked waiters went on promptly. A
-    /// fresh list is calm, but its waits may be one-offs (a condition
-    /// variable per future, a thread's start-up): only a proven one's
-    /// wake-ups are deferred (sys::park), which installs a hook every
-    /// thread then pays for.
-    pub fn proven(&self) -> bool {
-        self.calm() && self.prompt_parks >= PROVEN_PARKS
     }
 
     #[inline(always)]
@@ -503,8 +477,6 @@ impl WaitList {
         self.crowded |= self.linked > 1;
         let calm = self.calm();
         w.list_calm.set(calm);
-        let proven = self.proven();
-        w.list_proven.set(proven);
         // A group is as active as the most active of its lists, and calm
         // only if all are.
         let head = w.head();
@@ -514,9 +486,6 @@ impl WaitList {
         }
         if !calm {
             head.list_calm.set(false);
-        }
-        if !proven {
-            head.list_proven.set(false);
         }
         self.waiting += 1;
     }
@@ -643,9 +612,6 @@ impl WaitList {
     /// `late_share`).
     fn note_handoff(&mut self, late: bool) {
         self.late_share = self.late_share - self.late_share / 32 + if late { 2048 } else { 0 };
-        if !late {
-            self.prompt_parks = self.prompt_parks.saturating_add(1).min(PROVEN_PARKS);
-        }
     }
 
     /// Forgets every waiter (used in a forked child, whose parent threads
@@ -819,32 +785,6 @@ mod tests {
         assert!(!cell.with(|l| l.calm()));
         let w = waiter(3);
         while_enlisted(&cell, list, &w, || assert!(!w.list_calm()));
-    }
-
-    /// A calm list whose woken parked waiters went on promptly eight times
-    /// is proven; not before, and not once it is not calm.
-    #[test]
-    fn a_calm_list_is_proven_after_eight_prompt_parked_hand_offs() {
-        let _serial = serial();
-        let cell = GvlCell::new(WaitList::new());
-        cell.with(|l| {
-            for _ in 0..7 {
-                l.note_handoff(false);
-            }
-            assert!(l.calm() && !l.proven());
-            l.note_handoff(false);
-            assert!(l.proven());
-        });
-        let w = waiter(1);
-        while_enlisted(&cell, list, &w, || assert!(w.list_proven()));
-        cell.with(|l| {
-            for _ in 0..10 {
-                l.note_handoff(true);
-            }
-            assert!(!l.calm() && !l.proven());
-        });
-        let w = waiter(2);
-        while_enlisted(&cell, list, &w, || assert!(!w.list_proven()));
     }
 
     /// Ten woken parked waiters that each went on 50 µs after their
