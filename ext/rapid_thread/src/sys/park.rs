@@ -141,6 +141,7 @@ pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
 /// parks are its hundred threads' start-ups, ran 2% slower with it. A
 /// process that parks calmly often (a ping-pong: two parks a round trip)
 /// gets past this in a few milliseconds.
+#[cfg(ruby_thread_event_hooks)]
 const CALM_PARKS_BEFORE_DEFERRING: u32 = 256;
 
 /// Whether this calm park defers its wake-up ([`Calm::Deferred`]). Counts
