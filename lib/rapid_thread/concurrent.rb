@@ -2,6 +2,7 @@
 
 require "concurrent"
 require "rapid_thread"
+require "rapid_thread/executor"
 
 module RapidThread
   # With concurrent-ruby loaded, an Executor is a Concurrent::ExecutorService:
