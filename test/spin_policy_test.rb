@@ -93,6 +93,17 @@ class SpinPolicyTest < Minitest::Test
     assert_equal "true\n", out
   end
 
+  # A process whose calm parks are a small share of its waits (most sleep
+  # in Ruby) keeps the batch policy for them and never installs Ruby's
+  # suspension hook for deferred wake-ups (sys/park.rs, CALM_WINDOW): on
+  # vm_thread_condvar2 the hook cost more than it saved.
+  def test_a_process_whose_waits_mostly_sleep_in_ruby_does_not_defer
+    skip "the portable build does not park" unless PARKS
+    skip "M:N threads: a Ruby thread's native thread may change" if ENV["RUBY_MN_THREADS"] == "1"
+    out = child_output("spin_policy/a_process_whose_waits_mostly_sleep_in_ruby_does_not_defer", cpu: 0)
+    assert_operator Integer(out), :>, 200
+  end
+
   # A spin that sees no wake-up parks before it takes the GVL back (spin.rs,
   # "A spin that ends without"). With 1 µs spins nearly every spin does:
   # late wake-ups, a Thread#raise and the deadlock detector still reach

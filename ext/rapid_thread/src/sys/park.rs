@@ -58,8 +58,8 @@ pub(super) enum Calm {
     /// The waker defers the futex wake-up until it gives up the GVL
     /// ([`defer_wake`]): no system call but the wake-up itself. Where Ruby
     /// reports a thread's suspensions (Ruby 3.2+), not under M:N threads,
-    /// and once the process has made [`CALM_PARKS_BEFORE_DEFERRING`] calm
-    /// parks.
+    /// and once calm parks are a large share of the process's waits
+    /// ([`CALM_WINDOW`]).
     Deferred,
 }
 
@@ -135,30 +135,40 @@ pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
     r
 }
 
-/// Calm parks before the process defers their wake-ups. Ruby's hook,
-/// once installed, costs every thread's GVL events a read lock on Ruby's
-/// hook list: vm_thread_condvar2 (pinned, Ruby 3.4.5), whose only calm
-/// parks are its hundred threads' start-ups, ran 2% slower with it. A
-/// process that parks calmly often (a ping-pong: two parks a round trip)
-/// gets past this in a few milliseconds.
+/// When the process starts deferring. Ruby's hook, once installed, costs
+/// every thread's GVL events a read lock on Ruby's hook list, which only
+/// deferred wake-ups repay: vm_thread_condvar2 (pinned, Ruby 3.4.5), one
+/// calm park in a hundred waits (its other waits sleep in Ruby), ran
+/// 2% slower with it. So the process's calm parks are counted in windows of
+/// [`CALM_WINDOW`], and it defers from the first window in which they
+/// were at least a quarter of the GVL releases of its waits
+/// ([`GVL_RELEASES`]): a ping-pong, with two calm parks a round trip,
+/// gets there in a few milliseconds.
 #[cfg(ruby_thread_event_hooks)]
-const CALM_PARKS_BEFORE_DEFERRING: u32 = 256;
+const CALM_WINDOW: u64 = 256;
 
 /// Whether this calm park defers its wake-up ([`Calm::Deferred`]). Counts
-/// the process's calm parks, and installs Ruby's suspension hook at the
-/// one that reaches [`CALM_PARKS_BEFORE_DEFERRING`] (GVL held: the handle).
+/// the windows of [`CALM_WINDOW`], and installs Ruby's suspension hook at
+/// the end of the first calm one (GVL held: the handle).
 #[cfg(ruby_thread_event_hooks)]
 fn deferring(_: &Ruby) -> bool {
-    use std::sync::atomic::{AtomicU32, AtomicU8};
+    use std::sync::atomic::{AtomicU64, AtomicU8};
     const UNTRIED: u8 = 0;
     const ON: u8 = 1;
     static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
-    static CALM_PARKS: AtomicU32 = AtomicU32::new(0);
+    static CALM_PARKS: AtomicU64 = AtomicU64::new(0);
+    static WINDOW_RELEASES: AtomicU64 = AtomicU64::new(0);
     match STATE.load(Ordering::Relaxed) {
-        UNTRIED if CALM_PARKS.fetch_add(1, Ordering::Relaxed) < CALM_PARKS_BEFORE_DEFERRING => {
-            false
-        }
         UNTRIED => {
+            if CALM_PARKS.fetch_add(1, Ordering::Relaxed) + 1 < CALM_WINDOW {
+                return false;
+            }
+            CALM_PARKS.store(0, Ordering::Relaxed);
+            let now = GVL_RELEASES.load(Ordering::Relaxed);
+            let released = now.saturating_sub(WINDOW_RELEASES.swap(now, Ordering::Relaxed));
+            if released > 4 * CALM_WINDOW {
+                return false;
+            }
             // SAFETY: the GVL is held (the handle); the hook only reads and
             // writes this thread's own slots and makes system calls.
             let on = !mn_threads()

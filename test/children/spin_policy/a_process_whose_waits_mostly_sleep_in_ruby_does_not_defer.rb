@@ -1,0 +1,46 @@
+# vm_thread_condvar2's shape, small, on one CPU (the test pins it): ten
+# threads wait on one condition variable, a crowded list whose waits sleep
+# in Ruby, and the main thread on another, a calm list of one, woken by the
+# last of the ten to arrive. Main's waits park calmly, but they are one
+# wait in eleven: on Ruby 3.2+ the process never defers their wake-ups
+# (sys/park.rs, CALM_WINDOW), whose hook would cost every GVL event more
+# than the deferral saves, so they keep the batch policy, as on 3.1. The
+# waker reads main's policy (/proc/self/task/<tid>/stat) just before it
+# signals; a build that deferred after 256 calm parks showed "other" in
+# every one of the last 300 rounds.
+require_relative "../child_helper"
+require "rapid_thread"
+
+POLICIES = { 0 => "other", 3 => "batch" }.freeze
+def policy(tid) = POLICIES.fetch(File.read("/proc/self/task/#{tid}/stat").split(") ").last.split[38].to_i)
+
+m = Thread::Mutex.new
+crowd = RapidThread::ConditionVariable.new
+last_in = RapidThread::ConditionVariable.new
+n = 10
+rounds = 600
+waiting = 0
+seen = []
+main = Thread.main.native_thread_id
+threads = n.times.map do
+  Thread.new do
+    m.synchronize do
+      rounds.times do
+        if (waiting += 1) == n
+          seen << policy(main)
+          last_in.signal
+        end
+        crowd.wait(m)
+      end
+    end
+  end
+end
+m.synchronize do
+  rounds.times do
+    last_in.wait(m) until waiting == n
+    waiting = 0
+    crowd.broadcast
+  end
+end
+threads.each(&:join)
+puts seen.last(300).count("batch")
