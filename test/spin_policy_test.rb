@@ -66,7 +66,7 @@ class SpinPolicyTest < Minitest::Test
   # waker on one CPU (sys/park.rs): 2,000 round trips take fewer than 2.5
   # context switches each (two is the least; a wake-up that preempts makes
   # about five, stock's sleep 3.5). Ruby 3.1 parks it as SCHED_BATCH, and
-  # gives it its own policy back before any other wait; Ruby 3.2+ defers
+  # gives it its own policy back before any other wait; Ruby 3.3+ defers
   # the wake-up and changes no policy. A thread that is not SCHED_OTHER
   # keeps its policy throughout.
   def test_a_parked_waiter_of_a_calm_list_does_not_preempt_its_waker
@@ -74,7 +74,7 @@ class SpinPolicyTest < Minitest::Test
     skip "M:N threads: a Ruby thread's native thread may change" if ENV["RUBY_MN_THREADS"] == "1"
     skip "needs chrt (util-linux) and leave to change a thread's policy" unless system("chrt", "--batch", "0", "true", out: File::NULL, err: File::NULL)
     child = "spin_policy/a_parked_waiter_of_a_calm_list_does_not_preempt_its_waker"
-    batch_parks = RUBY_VERSION < "3.2"
+    batch_parks = RUBY_VERSION < "3.3"
     { "other" => "other\n#{batch_parks}\nother\n", "batch" => "batch\ntrue\nbatch\n" }.each do |own, want|
       *lines, switches = child_output(child, own, cpu: 0).lines
       assert_equal want, lines.join, own
@@ -84,7 +84,7 @@ class SpinPolicyTest < Minitest::Test
 
   # A calm park's waker that sleeps in Ruby (not in the gem's code) still
   # wakes it when it gives up the GVL: Ruby's suspension hook does
-  # (sys/park.rs, deferred wake-ups, Ruby 3.2+; elsewhere the wake-up is
+  # (sys/park.rs, deferred wake-ups, Ruby 3.3+; elsewhere the wake-up is
   # immediate). Were it left to the park's time limit, the list would stop
   # parking.
   def test_a_deferred_wake_up_reaches_its_waiter_when_its_waker_sleeps_in_ruby

@@ -6,11 +6,12 @@
 //! is at hand (README, "Install").
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    // Ruby 3.2+ reports a thread's suspensions to a hook (sys::park keeps a
-    // calm park's policy until the next one); rb-sys says which Ruby this
-    // builds for.
+    // Ruby reports every suspension of a thread to a hook (sys::park's
+    // deferred wake-ups) from 3.3 on: 3.2 has the hook, but its timer's
+    // switch of threads was not read to fire it, nor tested. rb-sys says
+    // which Ruby this builds for.
     println!("cargo:rustc-check-cfg=cfg(ruby_thread_event_hooks)");
-    if std::env::var("DEP_RB_VERSION_GTE_3_2").as_deref() == Ok("true") {
+    if std::env::var("DEP_RB_VERSION_GTE_3_3").as_deref() == Ok("true") {
         println!("cargo:rustc-cfg=ruby_thread_event_hooks");
     }
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {

@@ -191,7 +191,7 @@ pub fn block_from(
                 spin::count_park_after_spin();
             }
         }
-        Step::Plan(Plan::Park { limit, calm }) => sys::park_without_gvl(w, *limit, *calm),
+        Step::Plan(Plan::Park { limit, calm }) => sys::park_without_gvl(w, *limit, *calm)?,
         Step::Sleep => {}
     }
     if let Step::Plan(_) = step {

@@ -1,5 +1,5 @@
 # On one CPU, a calm park's waker wakes it when it gives up the GVL
-# (sys/park.rs, deferred wake-ups on Ruby 3.2+). Here the main thread waits
+# (sys/park.rs, deferred wake-ups on Ruby 3.3+). Here the main thread waits
 # until the echo thread sleeps in its park (in FUTEX_WAIT on a word that
 # holds 0, with a time limit: /proc/self/task/<tid>/syscall), pushes,
 # and then sleeps in Ruby's own Queue#pop, not in the gem's code: Ruby's
@@ -32,7 +32,8 @@ round_trip = lambda do |i|
   ping << i
   back.pop
 end
-# Ruby 3.2+ defers wake-ups once the process has made 256 calm parks.
+# Ruby 3.3+ defers wake-ups from the first window of 256 calm parks that
+# were a quarter or more of its waits (sys/park.rs, CALM_WINDOW).
 300.times(&round_trip)
 before = RapidThread.spin_stats[:parks]
 200.times(&round_trip)

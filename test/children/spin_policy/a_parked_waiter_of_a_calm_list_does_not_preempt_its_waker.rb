@@ -3,11 +3,12 @@
 # thread, which hands over only when it blocks. So a round trip takes two
 # context switches, one each way (the two threads' voluntary and
 # nonvoluntary_ctxt_switches, /proc/self/task/<tid>/status), where a
-# wake-up that preempts makes about five. Ruby 3.1 has the parked thread SCHED_BATCH while
-# it sleeps, which Linux never lets preempt on wake-up (its policy read
-# from /proc/self/task/<tid>/stat); Ruby 3.2+, once the process has made
-# 256 calm parks, has the waker wake it only when it gives up the GVL,
-# and changes no policy. The echo thread has its
+# wake-up that preempts makes about five. Ruby 3.1 and 3.2 have the
+# parked thread SCHED_BATCH while it sleeps, which Linux never lets
+# preempt on wake-up (its policy read from /proc/self/task/<tid>/stat);
+# Ruby 3.3+, once calm parks are a quarter of the process's waits
+# (sys/park.rs, CALM_WINDOW), has the waker wake it only when it gives up
+# the GVL, and changes no policy. The echo thread has its
 # own policy in its Ruby code (a read of its own /proc file) and in a Ruby
 # sleep (Thread.stop).
 # ARGV[0]: the echo thread's own policy, "other" (as made) or "batch"
@@ -34,7 +35,8 @@ echo = Thread.new do
   Thread.stop
 end
 tid = pong.pop
-# Ruby 3.2+ defers wake-ups once the process has made 256 calm parks.
+# Ruby 3.3+ defers wake-ups from the first window of 256 calm parks that
+# were a quarter or more of its waits (sys/park.rs, CALM_WINDOW).
 300.times do |i|
   ping << i
   pong.pop

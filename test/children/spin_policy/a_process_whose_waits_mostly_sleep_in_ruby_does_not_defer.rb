@@ -2,7 +2,7 @@
 # threads wait on one condition variable, a crowded list whose waits sleep
 # in Ruby, and the main thread on another, a calm list of one, woken by the
 # last of the ten to arrive. Main's waits park calmly, but they are one
-# wait in eleven: on Ruby 3.2+ the process never defers their wake-ups
+# wait in eleven: on Ruby 3.3+ the process never defers their wake-ups
 # (sys/park.rs, CALM_WINDOW), whose hook would cost every GVL event more
 # than the deferral saves, so they keep the batch policy, as on 3.1. The
 # waker reads main's policy (/proc/self/task/<tid>/stat) just before it

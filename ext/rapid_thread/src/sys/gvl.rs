@@ -134,8 +134,9 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
         // the whole call, and nothing else uses it meanwhile.
         let a = unsafe { &mut *(arg as *mut NoGvl<B>) };
         // The GVL is given up: wake the parked waiters this thread's
-        // hand-offs left to this moment (sys::park, deferred wake-ups).
-        wake_deferred();
+        // hand-offs left to this moment (sys::park, deferred wake-ups),
+        // keeping errno as the body does (below).
+        keeping_errno(wake_deferred);
         if let Some(b) = a.body.take() {
             // Ruby hands this native thread's errno back to the thread that
             // comes next, so the body keeps it: under M:N threads (3.3+,
@@ -168,7 +169,7 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
     });
     if !a.ran {
         // Skipped for a pending interrupt, with the GVL kept.
-        wake_deferred();
+        keeping_errno(wake_deferred);
     }
     a.ran
 }

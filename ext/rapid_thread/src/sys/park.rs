@@ -22,7 +22,9 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use magnus::Ruby;
+#[cfg(ruby_thread_event_hooks)]
+use magnus::rb_sys::protect;
+use magnus::{Error, Ruby};
 
 use super::*;
 
@@ -57,7 +59,7 @@ pub(super) enum Calm {
     Batch,
     /// The waker defers the futex wake-up until it gives up the GVL
     /// ([`defer_wake`]): no system call but the wake-up itself. Where Ruby
-    /// reports a thread's suspensions (Ruby 3.2+), not under M:N threads,
+    /// reports a thread's suspensions (Ruby 3.3+), not under M:N threads,
     /// and once calm parks are a large share of the process's waits
     /// ([`CALM_WINDOW`]).
     Deferred,
@@ -151,7 +153,7 @@ const CALM_WINDOW: u64 = 256;
 /// the windows of [`CALM_WINDOW`], and installs Ruby's suspension hook at
 /// the end of the first calm one (GVL held: the handle).
 #[cfg(ruby_thread_event_hooks)]
-fn deferring(_: &Ruby) -> bool {
+fn deferring(_: &Ruby) -> Result<bool, Error> {
     use std::sync::atomic::{AtomicU64, AtomicU8};
     const UNTRIED: u8 = 0;
     const ON: u8 = 1;
@@ -161,41 +163,50 @@ fn deferring(_: &Ruby) -> bool {
     match STATE.load(Ordering::Relaxed) {
         UNTRIED => {
             if CALM_PARKS.fetch_add(1, Ordering::Relaxed) + 1 < CALM_WINDOW {
-                return false;
+                return Ok(false);
             }
             CALM_PARKS.store(0, Ordering::Relaxed);
             let now = GVL_RELEASES.load(Ordering::Relaxed);
             let released = now.saturating_sub(WINDOW_RELEASES.swap(now, Ordering::Relaxed));
             if released > 4 * CALM_WINDOW {
-                return false;
+                return Ok(false);
             }
-            // SAFETY: the GVL is held (the handle); the hook only reads and
-            // writes this thread's own slots and makes system calls.
-            let on = !mn_threads()
-                && !unsafe {
+            let on = !mn_threads();
+            if on {
+                // Ruby allocates the hook's entry, which can raise
+                // (NoMemoryError): then the next window tries again.
+                // SAFETY: the GVL is held (the handle); the hook only reads
+                // and writes this thread's own slots and makes system calls.
+                protect(|| unsafe {
                     rb_sys::rb_internal_thread_add_event_hook(
                         Some(wake_deferred_on_suspension),
                         rb_sys::RUBY_INTERNAL_THREAD_EVENT_SUSPENDED,
                         std::ptr::null_mut(),
-                    )
-                }
-                .is_null();
+                    );
+                    QNIL
+                })?;
+            }
             STATE.store(if on { ON } else { ON + 1 }, Ordering::Relaxed);
-            on
+            Ok(on)
         }
-        s => s == ON,
+        s => Ok(s == ON),
     }
 }
 
 #[cfg(not(ruby_thread_event_hooks))]
-fn deferring(_: &Ruby) -> bool {
-    false
+fn deferring(_: &Ruby) -> Result<bool, Error> {
+    Ok(false)
 }
 
 /// Ruby's hook on a thread's suspension, which runs on that thread (maybe
 /// under Ruby's scheduler lock) before it gives up the GVL: wakes what it
 /// deferred, unless the suspension begins one of our own regions. errno
 /// is kept: the wait that follows may read it.
+///
+/// # Safety
+/// Only Ruby calls it, as a `RUBY_INTERNAL_THREAD_EVENT_SUSPENDED` hook, on
+/// the suspending native thread. It touches only that thread's own slots
+/// and makes FUTEX_WAKE calls: no Ruby, no allocation, no lock.
 #[cfg(ruby_thread_event_hooks)]
 unsafe extern "C" fn wake_deferred_on_suspension(
     _: rb_sys::rb_event_flag_t,
@@ -218,14 +229,31 @@ fn mn_threads() -> bool {
         return true;
     };
     env.split(|&b| b == 0)
-        .filter_map(|kv| kv.strip_prefix(b"RUBY_MN_THREADS="))
-        .next_back()
-        .is_some_and(|v| {
-            let digits = v.iter().take_while(|b| b.is_ascii_digit());
-            digits.fold(0u64, |n, &d| {
-                n.saturating_mul(10).saturating_add(u64::from(d - b'0'))
-            }) > 0
-        })
+        .find_map(|kv| kv.strip_prefix(b"RUBY_MN_THREADS="))
+        .is_some_and(|v| atoi(v) > 0)
+}
+
+/// C's `atoi`, as Ruby reads RUBY_MN_THREADS: leading white space, a sign,
+/// then digits (saturating where C's would overflow).
+#[cfg(ruby_thread_event_hooks)]
+fn atoi(v: &[u8]) -> i64 {
+    let v = v.trim_ascii_start();
+    let (negative, digits) = match v.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, v),
+    };
+    let n = digits
+        .iter()
+        .take_while(|b| b.is_ascii_digit())
+        .fold(0i64, |n, &d| {
+            n.saturating_mul(10).saturating_add(i64::from(d - b'0'))
+        });
+    if negative {
+        -n
+    } else {
+        n
+    }
 }
 
 /// Sleeps on the waiter's futex word until it is set or `limit` passes.
@@ -281,21 +309,22 @@ const PARK_INTERRUPTED: u32 = 2;
 /// Parks the current thread with the GVL released until `w` is signaled,
 /// an interrupt arrives (Thread#raise, kill, a signal, Thread#wakeup) or
 /// `limit` passes; without preempting its waker when woken if `calm`
-/// (see `park_phase`). Returns with the GVL held; never raises (the
-/// caller runs pending interrupts; `Waiter::interrupted` tells whether one
-/// ended it).
-pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) {
+/// (see `park_phase`). Returns with the GVL held. Its only error is the
+/// one raised while it sets deferred wake-ups up (`deferring`), before it
+/// parks; the caller runs pending interrupts (`Waiter::interrupted` tells
+/// whether one ended the park).
+pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) -> Result<(), Error> {
     // A Waiter serves one wait: an interrupt flag left from an earlier
     // phase would end this one at once.
     debug_assert!(!w.interrupted.load(Ordering::SeqCst));
+    let calm = match calm {
+        false => Calm::No,
+        true if deferring(&w.ruby())? => Calm::Deferred,
+        true => Calm::Batch,
+    };
     // Under the GVL, as the waker reads it: set from before the GVL is
     // released until it is taken back.
     w.parked.set(true);
-    let calm = match calm {
-        false => Calm::No,
-        true if deferring(&w.ruby()) => Calm::Deferred,
-        true => Calm::Batch,
-    };
     w.deferred.set(calm == Calm::Deferred);
     // SAFETY: the waiter outlives the call; the unblock function only
     // touches the waiter's atomics and wakes its futex; park_phase
@@ -312,6 +341,7 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) {
     // Its list judges how soon a woken parked waiter went on (a park that
     // timed out says nothing of that).
     w.parked_first.set(w.signaled());
+    Ok(())
 }
 
 /// Whether wake-ups record their waker's CPU (`waker_cpu`): set once at
@@ -340,4 +370,26 @@ pub fn ruby_3_3_or_later() -> bool {
         rb_sys::RUBY_API_VERSION_MAJOR,
         rb_sys::RUBY_API_VERSION_MINOR,
     ) >= (3, 3)
+}
+
+#[cfg(all(test, ruby_thread_event_hooks))]
+mod tests {
+    use super::atoi;
+
+    #[test]
+    fn reads_ruby_mn_threads_as_c_atoi_does() {
+        for (v, n) in [
+            (&b"1"[..], 1),
+            (b" +1", 1),
+            (b"\t\n 2x", 2),
+            (b"-1", -1),
+            (b"0", 0),
+            (b"", 0),
+            (b"x1", 0),
+            (b"+", 0),
+            (b"99999999999999999999999", i64::MAX),
+        ] {
+            assert_eq!(atoi(v), n, "{:?}", String::from_utf8_lossy(v));
+        }
+    }
 }

@@ -276,6 +276,8 @@ pub fn define_closed_p<T: TypedData>(ruby: &Ruby, class: RClass) -> Result<(), E
             "closed? is defined only on the class of its type",
         ));
     }
+    // Ruby's flag starts false in an extension's Init, and this sets it
+    // back to false: not for a caller that set it true itself.
     super::ext_ractor_safe(ruby, true);
     let defined = class.define_method("closed?", closed_p as RawMethod0);
     super::ext_ractor_safe(ruby, false);
