@@ -117,7 +117,7 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
                 // handler pending now runs first, here: in the sleep's own
                 // first interrupt check, Ruby would overwrite the wake-up
                 // it sends (stock loses it so; see wait::block_from).
-                sys::check_ints_before_sleep(ruby)?;
+                sys::check_ints_before_sleep(w)?;
                 if !w.signaled() {
                     w.set_sleeping();
                     sys::note_gvl_release();

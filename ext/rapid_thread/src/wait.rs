@@ -219,7 +219,7 @@ pub fn block_from(
         // A signal handler that runs here (and wakes us) runs before the
         // check below, not in the sleep's own first interrupt check, whose
         // wake-up Ruby would overwrite when it restores the sleeping status.
-        sys::check_ints_before_sleep(&ruby)?;
+        sys::check_ints_before_sleep(w)?;
         if w.signaled() {
             return Ok(());
         }
@@ -344,17 +344,24 @@ pub fn wake_plain<S>(
     list: fn(&mut S) -> &mut WaitList,
     n: usize,
 ) -> Option<usize> {
+    // Signaled in batches (`signal_front_plain`), each woken before the
+    // next is taken; a dead thread's wake-up goes to the next waiter.
+    const BATCH: usize = 16;
     let mut woken = 0;
     while woken < n {
-        let target = cell.with(|s| list(s).pop_front_plain().map(|w| w.map(Waiter::signal)));
-        match target {
-            Err(sys::HasScheduler) => return None,
-            Ok(None) => break,
-            Ok(Some(t)) => {
-                if t.wake_thread() {
-                    woken += 1;
-                }
+        let mut batch = [None; BATCH];
+        let want = (n - woken).min(BATCH);
+        let (got, refused) = cell.with(|s| list(s).signal_front_plain(&mut batch[..want]));
+        for t in batch[..got].iter().flatten() {
+            if t.wake_thread() {
+                woken += 1;
             }
+        }
+        if refused.is_some() {
+            return None;
+        }
+        if got < want {
+            break;
         }
     }
     Some(woken)

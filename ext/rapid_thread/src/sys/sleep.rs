@@ -28,11 +28,12 @@ pub fn check_ints(_: &Ruby) -> Result<(), Error> {
 /// there with the thread already marked asleep, so a wake-up they send
 /// ends the sleep (a trap handler's would be overwritten: the flags show
 /// those).
-pub fn check_ints_before_sleep(ruby: &Ruby) -> Result<(), Error> {
-    if !CurrentThread::get(ruby).interrupted() {
+/// Called by `w`'s own thread.
+pub fn check_ints_before_sleep(w: &Waiter) -> Result<(), Error> {
+    if !w.thread_interrupted() {
         return Ok(());
     }
-    check_ints(ruby)
+    check_ints(&w.ruby())
 }
 
 /// Sleeps until woken, until `timeout` passes, or until any interrupt

@@ -164,6 +164,16 @@ impl Waiter {
         self.signaled.load(Ordering::Acquire)
     }
 
+    /// `rb_thread_interrupted` of the waiter's thread: a Thread#raise,
+    /// kill or trap handler pending and not masked (`Waiter::current`
+    /// took the thread already; asking Ruby for it again costs a call).
+    pub fn thread_interrupted(&self) -> bool {
+        // SAFETY: the waiter's Thread is alive while the waiter is (on that
+        // thread's stack); rb_thread_interrupted only reads its execution
+        // context's flags, and cannot raise for a Thread.
+        unsafe { rb_sys::rb_thread_interrupted(self.thread) != 0 }
+    }
+
     /// Whether an unblock function ended a spin or park of this wait
     /// (Thread#raise, kill, a signal, Thread#wakeup).
     pub fn interrupted(&self) -> bool {
@@ -279,7 +289,7 @@ impl WakeTarget {
     }
 
     /// [`wake`](Self::wake) for a waiter without a fiber scheduler (one
-    /// that `pop_front_plain` handed out), which calls nothing that can
+    /// that `signal_front_plain` handed out), which calls nothing that can
     /// raise.
     pub fn wake_thread(self) -> bool {
         debug_assert!(self.scheduler == QNIL);
@@ -295,7 +305,7 @@ impl WakeTarget {
     }
 }
 
-/// `pop_front_plain`'s answer when the longest waiter blocks through a
+/// `signal_front_plain`'s answer when the longest waiter blocks through a
 /// fiber scheduler: it was left on the list.
 pub struct HasScheduler;
 
@@ -521,12 +531,45 @@ impl WaitList {
         self.hand_out(false, |_| true).ok().flatten()
     }
 
-    /// `pop_front` for a waker that must not raise: the longest waiter
-    /// only if it blocks without a fiber scheduler (whose unblock hook
-    /// runs Ruby code), else `HasScheduler`, and that waiter stays on the
-    /// list for `pop_front`.
-    pub fn pop_front_plain(&mut self) -> Result<Option<&Waiter>, HasScheduler> {
-        self.hand_out(true, |w| !w.has_scheduler())
+    /// For a waker that must not raise: signals up to `out.len()` of the
+    /// longest waiters, stopping at one with a fiber scheduler (whose
+    /// unblock hook runs Ruby code: it stays linked, for `pop_front`), and
+    /// stores how to wake each in `out`. One GVL check, one
+    /// clock read and one CPU read stamp the whole batch (per waiter they
+    /// were a tenth of a crowded broadcast's cost; docs/design-details.md,
+    /// "Where condvar2's time goes on one CPU"). Returns how many it
+    /// signaled (`out[..n]`), and `HasScheduler` if it stopped there.
+    pub fn signal_front_plain(
+        &mut self,
+        out: &mut [Option<WakeTarget>],
+    ) -> (usize, Option<HasScheduler>) {
+        if self.head.is_null() {
+            return (0, None);
+        }
+        // See `hand_out`.
+        #[cfg(not(test))]
+        check_main_gvl();
+        let (now, cpu) = (monotonic_ns(), waker_cpu());
+        let mut n = 0;
+        let mut refused = None;
+        while n < out.len() {
+            match self.next_out(true, |w| !w.has_scheduler()) {
+                Ok(Some(w)) => {
+                    w.head().signaled_at.store(now, Ordering::Relaxed);
+                    out[n] = Some(w.signal());
+                    n += 1;
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        if n > 0 {
+            self.stamp_last_wake(now, cpu);
+        }
+        (n, refused)
     }
 
     /// Unlinks the waiter at the head (or the tail) for a wake-up and
@@ -548,6 +591,24 @@ impl WaitList {
         // one check stands here, where another thread's waiter is reached.
         #[cfg(not(test))]
         check_main_gvl();
+        let Some(w) = self.next_out(from_head, take)?.map(|w| w as *const Waiter) else {
+            return Ok(None);
+        };
+        let now = monotonic_ns();
+        self.stamp_last_wake(now, waker_cpu());
+        // SAFETY: as in `next_out`, which handed it out.
+        let w = unsafe { &*w };
+        w.head().signaled_at.store(now, Ordering::Relaxed);
+        Ok(Some(w))
+    }
+
+    /// `hand_out` without the GVL check and the stamps (`stamp_wakes`),
+    /// which its callers make once. The caller checked the GVL.
+    fn next_out(
+        &mut self,
+        from_head: bool,
+        take: impl Fn(&Waiter) -> bool,
+    ) -> Result<Option<&Waiter>, HasScheduler> {
         loop {
             let w = if from_head { self.head } else { self.tail };
             // SAFETY: see `unlink`.
@@ -564,17 +625,18 @@ impl WaitList {
             self.unlink(w);
             w.woken_here.set(true);
             self.in_flight += 1;
-            self.last_wake = monotonic_ns();
-            self.last_wake_cpu = waker_cpu();
-            w.head()
-                .signaled_at
-                .store(self.last_wake, Ordering::Relaxed);
-            PROCESS_LAST_WAKE_NS.store(self.last_wake, Ordering::Relaxed);
-            PROCESS_LAST_WAKE_CPU.store(self.last_wake_cpu, Ordering::Relaxed);
             // SAFETY: as above; the lifetime is tied to `&mut self`, i.e.
             // to a region during which the GVL is held.
             return Ok(Some(unsafe { &*(w as *const Waiter) }));
         }
+    }
+
+    /// Stamps the list's and the process's last wake-up.
+    fn stamp_last_wake(&mut self, now: u64, cpu: i32) {
+        self.last_wake = now;
+        self.last_wake_cpu = cpu;
+        PROCESS_LAST_WAKE_NS.store(now, Ordering::Relaxed);
+        PROCESS_LAST_WAKE_CPU.store(cpu, Ordering::Relaxed);
     }
 
     /// Deregisters `w`: unlinks it if still linked (O(1)) and drops it
@@ -732,13 +794,14 @@ mod tests {
         })
     }
 
-    /// `pop_front_plain`: Err(()) for a refusal, else the waiter's id.
-    fn pop_plain(cell: &GvlCell<WaitList>) -> Result<Option<VALUE>, ()> {
-        cell.with(|l| {
-            l.pop_front_plain()
-                .map(|w| w.map(|w| w.thread))
-                .map_err(drop)
-        })
+    /// `signal_front_plain` with room for `room`: the ids signaled, and
+    /// whether it stopped at a waiter with a fiber scheduler.
+    fn signal_plain(cell: &GvlCell<WaitList>, room: usize) -> (Vec<VALUE>, bool) {
+        let mut out = vec![None; room];
+        let (n, refused) = cell.with(|l| l.signal_front_plain(&mut out));
+        let ids = out.iter().flatten().map(|t| t.thread).collect::<Vec<_>>();
+        assert_eq!(ids.len(), n);
+        (ids, refused.is_some())
     }
 
     fn counts(cell: &GvlCell<WaitList>) -> (usize, usize, bool) {
@@ -825,20 +888,45 @@ mod tests {
     }
 
     #[test]
-    fn pop_front_plain_leaves_a_waiter_with_a_fiber_scheduler_for_pop_front() {
+    fn signal_front_plain_leaves_a_waiter_with_a_fiber_scheduler_for_pop_front() {
         let _serial = serial();
         let cell = GvlCell::new(WaitList::new());
         // Any non-nil scheduler: nothing here calls it.
         let under_scheduler = Waiter::new(1, QNIL, 0x100, QNIL);
         while_enlisted(&cell, list, &under_scheduler, || {
             enlisted(&cell, &[2], || {
-                assert_eq!(pop_plain(&cell), Err(()));
+                assert_eq!(signal_plain(&cell, 4), (vec![], true));
                 // Refused: still linked, nothing handed out.
                 assert_eq!(counts(&cell), (2, 0, false));
                 assert_eq!(pop(&cell, true), Some(1));
-                assert_eq!(pop_plain(&cell), Ok(Some(2)));
-                assert_eq!(pop_plain(&cell), Ok(None));
+                assert_eq!(signal_plain(&cell, 4), (vec![2], false));
+                assert_eq!(signal_plain(&cell, 4), (vec![], false));
                 assert_eq!(counts(&cell), (2, 2, true));
+            })
+        });
+        assert_eq!(counts(&cell), (0, 0, true));
+    }
+
+    #[test]
+    fn a_batch_signals_the_longest_waiters_in_order_up_to_its_room_or_a_scheduler() {
+        let _serial = serial();
+        let cell = GvlCell::new(WaitList::new());
+        enlisted(&cell, &[1, 2, 3], || {
+            let under_scheduler = Waiter::new(4, QNIL, 0x100, QNIL);
+            while_enlisted(&cell, list, &under_scheduler, || {
+                enlisted(&cell, &[5], || {
+                    assert_eq!(signal_plain(&cell, 2), (vec![1, 2], false));
+                    assert_eq!(signal_plain(&cell, 2), (vec![3], true));
+                    assert_eq!(counts(&cell), (5, 3, false));
+                    assert!(
+                        !under_scheduler.signaled(),
+                        "the refused waiter is not signaled"
+                    );
+                    assert_eq!(pop(&cell, true), Some(4));
+                    assert_eq!(signal_plain(&cell, 2), (vec![5], false));
+                    // Stamped: the list woke someone.
+                    assert!(cell.with(|l| l.last_wake) > 0);
+                })
             })
         });
         assert_eq!(counts(&cell), (0, 0, true));
