@@ -136,7 +136,7 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
         // The GVL is given up: wake the parked waiters this thread's
         // hand-offs left to this moment (sys::park, deferred wake-ups),
         // keeping errno as the body does (below).
-        keeping_errno(wake_deferred);
+        wake_deferred();
         if let Some(b) = a.body.take() {
             // Ruby hands this native thread's errno back to the thread that
             // comes next, so the body keeps it: under M:N threads (3.3+,
@@ -169,7 +169,7 @@ pub(super) unsafe fn call_without_gvl<B: FnOnce()>(
     });
     if !a.ran {
         // Skipped for a pending interrupt, with the GVL kept.
-        keeping_errno(wake_deferred);
+        wake_deferred();
     }
     a.ran
 }

@@ -17,6 +17,7 @@
 //! Ruby's deadlock detector does not count as asleep. The limit (see
 //! `crate::spin`) hands the wait to Ruby's sleep in time.
 
+#[cfg(ruby_thread_event_hooks)]
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -79,8 +80,10 @@ pub(super) enum Calm {
 // word was set at once. The wake-up may then reach a word whose waiter
 // has left: FUTEX_WAKE uses the address only as a key, and futex(2) has
 // every waiter take a wake-up as possibly spurious, as ours do.
+#[cfg(ruby_thread_event_hooks)]
 const DEFERRED_MAX: usize = 4;
 
+#[cfg(ruby_thread_event_hooks)]
 thread_local! {
     /// Futex words (addresses) whose wake-up this thread deferred; 0: none.
     static DEFERRED: [Cell<usize>; DEFERRED_MAX] = const { [const { Cell::new(0) }; DEFERRED_MAX] };
@@ -100,6 +103,7 @@ pub(super) fn wake_parked(w: &Waiter) {
 }
 
 /// Keeps `word` to wake later; false if the slots are full.
+#[cfg(ruby_thread_event_hooks)]
 fn defer_wake(word: &AtomicU32) -> bool {
     DEFERRED.with(|slots| {
         slots
@@ -110,31 +114,59 @@ fn defer_wake(word: &AtomicU32) -> bool {
     })
 }
 
-/// Wakes the futex words this thread deferred. Not for a signal handler
-/// (only Ruby's hook and our own regions call it).
+/// Before Ruby 3.3 no park asks to defer (`deferring`).
+#[cfg(not(ruby_thread_event_hooks))]
+fn defer_wake(_: &AtomicU32) -> bool {
+    false
+}
+
+/// Wakes the futex words this thread deferred, keeping errno (the wait
+/// that follows may read it). Not for a signal handler (only Ruby's hook
+/// and our own regions call it).
+#[cfg(ruby_thread_event_hooks)]
 pub(super) fn wake_deferred() {
-    DEFERRED.with(|slots| {
-        for s in slots {
-            let addr = s.replace(0);
-            if addr != 0 {
-                futex_wake_key(addr);
+    keeping_errno(|| {
+        DEFERRED.with(|slots| {
+            for s in slots {
+                let addr = s.replace(0);
+                if addr != 0 {
+                    futex_wake_key(addr);
+                }
             }
-        }
+        })
     });
 }
 
+/// Without Ruby's suspension hook nothing is deferred (`deferring`): every
+/// blocking region would otherwise pay for a look at empty slots.
+#[cfg(not(ruby_thread_event_hooks))]
+#[inline(always)]
+pub(super) fn wake_deferred() {}
+
 /// A forked child has none of the parent's other threads to wake.
+#[cfg(ruby_thread_event_hooks)]
 pub(super) fn forget_deferred() {
     DEFERRED.with(|slots| slots.iter().for_each(|s| s.set(0)));
 }
 
+#[cfg(not(ruby_thread_event_hooks))]
+pub(super) fn forget_deferred() {}
+
 /// Runs `f` (which releases the GVL and wakes the deferred words itself)
 /// with Ruby's suspension hook told to leave them.
+#[cfg(ruby_thread_event_hooks)]
 pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
     let outer = OWN_REGION.replace(true);
     let r = f();
     OWN_REGION.set(outer);
     r
+}
+
+/// Without the hook there is nobody to tell.
+#[cfg(not(ruby_thread_event_hooks))]
+#[inline(always)]
+pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
+    f()
 }
 
 /// When the process starts deferring. Ruby's hook, once installed, costs
@@ -157,6 +189,8 @@ fn deferring(_: &Ruby) -> Result<bool, Error> {
     use std::sync::atomic::{AtomicU64, AtomicU8};
     const UNTRIED: u8 = 0;
     const ON: u8 = 1;
+    /// Refused: M:N threads.
+    const OFF: u8 = 2;
     static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
     static CALM_PARKS: AtomicU64 = AtomicU64::new(0);
     static WINDOW_RELEASES: AtomicU64 = AtomicU64::new(0);
@@ -186,7 +220,7 @@ fn deferring(_: &Ruby) -> Result<bool, Error> {
                     QNIL
                 })?;
             }
-            STATE.store(if on { ON } else { ON + 1 }, Ordering::Relaxed);
+            STATE.store(if on { ON } else { OFF }, Ordering::Relaxed);
             Ok(on)
         }
         s => Ok(s == ON),
@@ -214,7 +248,7 @@ unsafe extern "C" fn wake_deferred_on_suspension(
     _: *mut c_void,
 ) {
     if !OWN_REGION.get() {
-        keeping_errno(wake_deferred);
+        wake_deferred();
     }
 }
 
