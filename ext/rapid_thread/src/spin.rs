@@ -51,7 +51,8 @@
 //! (`sys::park`; with one CPU, on a calm list, `sys::WaitList::calm`). On
 //! a busy machine only where the wake-up will come from the waiter's own
 //! CPU (see [`plan`]), and there on Ruby 3.1/3.2 only; on 3.3+ only with
-//! one CPU and a calm list (see `parking_allowed`).
+//! one CPU and a calm list (see `parking_allowed`), and only once the
+//! process defers the wake-ups of such parks (`sys::calm_park_pays`).
 //!
 //! A spin that ends without its wake-up parks too, on every Ruby, for at
 //! most [`PARK_LIMIT`] (`Budget::park`; not in the portable build, which
@@ -103,8 +104,11 @@ pub const PARK_LIMIT: Duration = Duration::from_millis(10);
 /// (`sys::park`). Elsewhere 3.3's own sleep hands over faster: its GVL
 /// goes straight to the next thread in line, where a woken thread that
 /// preempts its waker, or waits long for the GVL, costs more
-/// (docs/design-details.md, "One CPU on Ruby 3.3+"). (Parking's M:N
-/// failure was errno's, fixed since: "errno under M:N threads".)
+/// (docs/design-details.md, "One CPU on Ruby 3.3+"). There a calm park
+/// pays only where its waker defers the wake-up until it gives up the
+/// GVL; until the process does (sys/park.rs, `CALM_WINDOW`), such waits
+/// sleep in Ruby. (Parking's M:N failure was errno's, fixed since:
+/// "errno under M:N threads".)
 fn parking_allowed(why: Off, calm: bool) -> bool {
     sys::PARKING && (!sys::ruby_3_3_or_later() || (why == Off::OneCpu && calm))
 }
@@ -477,8 +481,14 @@ pub fn plan(
         if !local || limit.is_zero() || alone() {
             return None;
         }
-        PARKS.fetch_add(1, Ordering::Relaxed);
         let calm = calm && why == Off::OneCpu;
+        // On Ruby 3.3+ (where every park is calm) a park pays only once its
+        // wake-up is deferred; until then it sleeps in Ruby, counted
+        // (sys/park.rs, CALM_WINDOW).
+        if calm && !sys::calm_park_pays() {
+            return None;
+        }
+        PARKS.fetch_add(1, Ordering::Relaxed);
         return Some(Plan::Park { limit, calm });
     }
     if alone() {

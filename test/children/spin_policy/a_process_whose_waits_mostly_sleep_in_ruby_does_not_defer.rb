@@ -1,13 +1,16 @@
 # vm_thread_condvar2's shape, small, on one CPU (the test pins it): ten
 # threads wait on one condition variable, a crowded list whose waits sleep
 # in Ruby, and the main thread on another, a calm list of one, woken by the
-# last of the ten to arrive. Main's waits park calmly, but they are one
-# wait in eleven: on Ruby 3.3+ the process never defers their wake-ups
+# last of the ten to arrive. Main's waits are calm, but they are one wait
+# in eleven: on Ruby 3.3+ the process never defers their wake-ups
 # (sys/park.rs, CALM_WINDOW), whose hook would cost every GVL event more
-# than the deferral saves, so they keep the batch policy, as on 3.1. The
-# waker reads main's policy (/proc/self/task/<tid>/stat) just before it
-# signals; a build that deferred after 256 calm parks showed "other" in
-# every one of the last 300 rounds.
+# than the deferral saves, and a park that does not defer costs more than
+# Ruby's sleep there, so they sleep in Ruby: no park at all. Ruby 3.1 and
+# 3.2 park them with the batch policy. The waker reads main's policy
+# (/proc/self/task/<tid>/stat) just before it signals. Prints how many of
+# the last 300 rounds saw "batch", and how many parks they made
+# (RapidThread.spin_stats). A build that parked them with the batch
+# policy on 3.4.5 made about 300.
 require_relative "../child_helper"
 require "rapid_thread"
 
@@ -35,12 +38,15 @@ threads = n.times.map do
     end
   end
 end
+parks_before = nil
 m.synchronize do
-  rounds.times do
+  rounds.times do |i|
+    parks_before = RapidThread.spin_stats[:parks] if i == rounds - 300
     last_in.wait(m) until waiting == n
     waiting = 0
     crowd.broadcast
   end
 end
+parks = RapidThread.spin_stats[:parks] - parks_before
 threads.each(&:join)
-puts seen.last(300).count("batch")
+puts seen.last(300).count("batch"), parks

@@ -172,53 +172,89 @@ pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
 /// When the process starts deferring. Ruby's hook, once installed, costs
 /// every thread's GVL events a read lock on Ruby's hook list, which only
 /// deferred wake-ups repay: vm_thread_condvar2 (pinned, Ruby 3.4.5), one
-/// calm park in a hundred waits (its other waits sleep in Ruby), ran
-/// 2% slower with it. So the process's calm parks are counted in windows of
-/// [`CALM_WINDOW`], and it defers from the first window in which they
-/// were at least a quarter of the GVL releases of its waits
-/// ([`GVL_RELEASES`]): a ping-pong, with two calm parks a round trip,
-/// gets there in a few milliseconds.
+/// calm wait in a hundred (its other waits sleep in Ruby), ran 2% slower
+/// with it. A calm park that does not defer (the batch policy) cost
+/// condvar2 another 2.7% against Ruby's sleep (docs/design-details.md,
+/// "Where condvar2's time goes on one CPU"). So on Ruby 3.3+ calm waits
+/// sleep in Ruby and are counted, in windows of [`CALM_WINDOW`]; from the
+/// first window in which they were at least a quarter of the GVL releases
+/// of the gem's waits ([`GVL_RELEASES`]) they park and defer their
+/// wake-ups: a ping-pong, with two calm waits a round trip, gets there in
+/// a few milliseconds.
 #[cfg(ruby_thread_event_hooks)]
 const CALM_WINDOW: u64 = 256;
 
-/// Whether this calm park defers its wake-up ([`Calm::Deferred`]). Counts
-/// the windows of [`CALM_WINDOW`], and installs Ruby's suspension hook at
-/// the end of the first calm one (GVL held: the handle).
+/// Where the process stands with deferred wake-ups (Ruby 3.3+).
+#[cfg(ruby_thread_event_hooks)]
+mod defer_state {
+    use std::sync::atomic::{AtomicU64, AtomicU8};
+    /// Counting calm waits, which sleep in Ruby.
+    pub const UNTRIED: u8 = 0;
+    /// A window passed: the next calm park installs Ruby's hook.
+    pub const WANTED: u8 = 1;
+    /// Deferring.
+    pub const ON: u8 = 2;
+    /// Refused (M:N threads): calm waits park with the batch policy.
+    pub const OFF: u8 = 3;
+    pub static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
+    pub static CALM_WAITS: AtomicU64 = AtomicU64::new(0);
+    pub static WINDOW_RELEASES: AtomicU64 = AtomicU64::new(0);
+}
+
+/// Whether a calm wait on one CPU should park (`crate::spin`'s plan asks,
+/// GVL held): on Ruby 3.3+, once its wake-up will be deferred (see
+/// [`CALM_WINDOW`]); until then it counts the wait, which sleeps in Ruby.
+#[cfg(ruby_thread_event_hooks)]
+pub fn calm_park_pays() -> bool {
+    use defer_state::*;
+    if STATE.load(Ordering::Relaxed) != UNTRIED {
+        return true;
+    }
+    if CALM_WAITS.fetch_add(1, Ordering::Relaxed) + 1 < CALM_WINDOW {
+        return false;
+    }
+    CALM_WAITS.store(0, Ordering::Relaxed);
+    let now = GVL_RELEASES.load(Ordering::Relaxed);
+    let released = now.saturating_sub(WINDOW_RELEASES.swap(now, Ordering::Relaxed));
+    if released > 4 * CALM_WINDOW {
+        return false;
+    }
+    STATE.store(WANTED, Ordering::Relaxed);
+    true
+}
+
+/// Before Ruby 3.3 calm parks keep the batch policy, which pays there.
+#[cfg(not(ruby_thread_event_hooks))]
+pub fn calm_park_pays() -> bool {
+    true
+}
+
+/// Whether this calm park defers its wake-up ([`Calm::Deferred`]): installs
+/// Ruby's suspension hook for the first one after a window passed (GVL
+/// held: the handle).
 #[cfg(ruby_thread_event_hooks)]
 fn deferring(_: &Ruby) -> Result<bool, Error> {
-    use std::sync::atomic::{AtomicU64, AtomicU8};
-    const UNTRIED: u8 = 0;
-    const ON: u8 = 1;
-    /// Refused: M:N threads.
-    const OFF: u8 = 2;
-    static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
-    static CALM_PARKS: AtomicU64 = AtomicU64::new(0);
-    static WINDOW_RELEASES: AtomicU64 = AtomicU64::new(0);
+    use defer_state::*;
     match STATE.load(Ordering::Relaxed) {
-        UNTRIED => {
-            if CALM_PARKS.fetch_add(1, Ordering::Relaxed) + 1 < CALM_WINDOW {
-                return Ok(false);
-            }
-            CALM_PARKS.store(0, Ordering::Relaxed);
-            let now = GVL_RELEASES.load(Ordering::Relaxed);
-            let released = now.saturating_sub(WINDOW_RELEASES.swap(now, Ordering::Relaxed));
-            if released > 4 * CALM_WINDOW {
-                return Ok(false);
-            }
+        WANTED => {
             let on = !mn_threads();
             if on {
                 // Ruby allocates the hook's entry, which can raise
-                // (NoMemoryError): then the next window tries again.
+                // (NoMemoryError): then calm waits count a window again.
                 // SAFETY: the GVL is held (the handle); the hook only reads
                 // and writes this thread's own slots and makes system calls.
-                protect(|| unsafe {
+                let installed = protect(|| unsafe {
                     rb_sys::rb_internal_thread_add_event_hook(
                         Some(wake_deferred_on_suspension),
                         rb_sys::RUBY_INTERNAL_THREAD_EVENT_SUSPENDED,
                         std::ptr::null_mut(),
                     );
                     QNIL
-                })?;
+                });
+                if let Err(e) = installed {
+                    STATE.store(UNTRIED, Ordering::Relaxed);
+                    return Err(e);
+                }
             }
             STATE.store(if on { ON } else { OFF }, Ordering::Relaxed);
             Ok(on)
