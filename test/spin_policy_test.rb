@@ -8,8 +8,9 @@ require "etc"
 # child processes. Where no CPU is free to spin on, an active wait parks:
 # it sleeps on a futex of its own with the GVL released, for at most 10 ms,
 # then in Ruby's sleep. Children pinned to one CPU (taskset) never spin, so
-# there active waits park (on Ruby 3.3+ those of calm lists: a ping-pong's,
-# as in these children).
+# there active waits park (on Ruby 3.3+ those of calm lists, a ping-pong's,
+# as in these children, once 256 calm waits have passed the calm window:
+# sys/park.rs, CALM_WINDOW).
 class SpinPolicyTest < Minitest::Test
   include RapidThreadTestHelpers
 
@@ -105,8 +106,8 @@ class SpinPolicyTest < Minitest::Test
     out = child_output("spin_policy/a_process_whose_waits_mostly_sleep_in_ruby_does_not_defer", cpu: 0)
     batch, parks = out.lines.map { |l| Integer(l) }
     if RUBY_VERSION < "3.3"
+      # (parks counts the crowd's too, which park there as well)
       assert_operator batch, :>, 200
-      assert_operator parks, :>=, 300
     else
       assert_equal [0, 0], [batch, parks]
     end

@@ -51,8 +51,8 @@
 //! (`sys::park`; with one CPU, on a calm list, `sys::WaitList::calm`). On
 //! a busy machine only where the wake-up will come from the waiter's own
 //! CPU (see [`plan`]), and there on Ruby 3.1/3.2 only; on 3.3+ only with
-//! one CPU and a calm list (see `parking_allowed`), and only once the
-//! process defers the wake-ups of such parks (`sys::calm_park_pays`).
+//! one CPU and a calm list (see `parking_allowed`), and only once a calm
+//! window has passed (`sys::calm_park_pays`).
 //!
 //! A spin that ends without its wake-up parks too, on every Ruby, for at
 //! most [`PARK_LIMIT`] (`Budget::park`; not in the portable build, which
@@ -106,8 +106,9 @@ pub const PARK_LIMIT: Duration = Duration::from_millis(10);
 /// preempts its waker, or waits long for the GVL, costs more
 /// (docs/design-details.md, "One CPU on Ruby 3.3+"). There a calm park
 /// pays only where its waker defers the wake-up until it gives up the
-/// GVL; until the process does (sys/park.rs, `CALM_WINDOW`), such waits
-/// sleep in Ruby. (Parking's M:N failure was errno's, fixed since:
+/// GVL; until a calm window has passed (sys/park.rs, `CALM_WINDOW`), such
+/// waits sleep in Ruby. Under M:N threads, where nothing is deferred,
+/// they then park with the batch policy, as before. (Parking's M:N failure was errno's, fixed since:
 /// "errno under M:N threads".)
 fn parking_allowed(why: Off, calm: bool) -> bool {
     sys::PARKING && (!sys::ruby_3_3_or_later() || (why == Off::OneCpu && calm))
@@ -444,7 +445,9 @@ pub enum Plan {
 /// it.
 ///
 /// Where spins are off, a wait parks if its wake-up will likely come from
-/// its own CPU: always with one CPU; on a busy machine, when the list's
+/// its own CPU: always with one CPU (on Ruby 3.3+ only a calm one, once
+/// a calm window has passed: `parking_allowed`); on a busy machine, when
+/// the list's
 /// last waker ran on the CPU this thread runs on now. A futex wake-up
 /// from another CPU beside busy processes cost far more than Ruby's sleep
 /// (a ping-pong beside a CPU-bound process pinned to each core: 4.6x

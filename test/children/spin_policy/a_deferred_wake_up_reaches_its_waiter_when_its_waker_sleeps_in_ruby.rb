@@ -32,9 +32,11 @@ round_trip = lambda do |i|
   ping << i
   back.pop
 end
-# Ruby 3.3+ defers wake-ups from the first window of 256 calm parks that
-# were a quarter or more of its waits (sys/park.rs, CALM_WINDOW).
-300.times(&round_trip)
+# Ruby 3.3+ parks calm waits, deferring their wake-ups, from the first
+# window of 256 calm waits that were a quarter or more of its waits
+# (sys/park.rs, CALM_WINDOW); until then they sleep in Ruby, so the
+# warm-up does not look for parks.
+300.times { |i| ping << i; back.pop }
 before = RapidThread.spin_stats[:parks]
 200.times(&round_trip)
 parks = RapidThread.spin_stats[:parks] - before

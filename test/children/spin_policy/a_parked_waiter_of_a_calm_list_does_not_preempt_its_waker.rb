@@ -6,7 +6,7 @@
 # wake-up that preempts makes about five. Ruby 3.1 and 3.2 have the
 # parked thread SCHED_BATCH while it sleeps, which Linux never lets
 # preempt on wake-up (its policy read from /proc/self/task/<tid>/stat);
-# Ruby 3.3+, once calm parks are a quarter of the process's waits
+# Ruby 3.3+, once calm waits are a quarter of the process's waits
 # (sys/park.rs, CALM_WINDOW), has the waker wake it only when it gives up
 # the GVL, and changes no policy. The echo thread has its
 # own policy in its Ruby code (a read of its own /proc file) and in a Ruby
@@ -35,8 +35,9 @@ echo = Thread.new do
   Thread.stop
 end
 tid = pong.pop
-# Ruby 3.3+ defers wake-ups from the first window of 256 calm parks that
-# were a quarter or more of its waits (sys/park.rs, CALM_WINDOW).
+# Ruby 3.3+ parks calm waits and defers their wake-ups from the first
+# window of 256 calm waits that were a quarter or more of its waits
+# (sys/park.rs, CALM_WINDOW).
 300.times do |i|
   ping << i
   pong.pop

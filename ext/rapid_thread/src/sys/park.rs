@@ -61,7 +61,7 @@ pub(super) enum Calm {
     /// The waker defers the futex wake-up until it gives up the GVL
     /// ([`defer_wake`]): no system call but the wake-up itself. Where Ruby
     /// reports a thread's suspensions (Ruby 3.3+), not under M:N threads,
-    /// and once calm parks are a large share of the process's waits
+    /// and once calm waits are a large share of the process's waits
     /// ([`CALM_WINDOW`]).
     Deferred,
 }
@@ -194,7 +194,9 @@ mod defer_state {
     pub const WANTED: u8 = 1;
     /// Deferring.
     pub const ON: u8 = 2;
-    /// Refused (M:N threads): calm waits park with the batch policy.
+    /// Refused (M:N threads): calm waits park with the batch policy, as
+    /// before deferred wake-ups existed (not measured against Ruby's sleep
+    /// under M:N).
     pub const OFF: u8 = 3;
     pub static STATE: AtomicU8 = AtomicU8::new(UNTRIED);
     pub static CALM_WAITS: AtomicU64 = AtomicU64::new(0);

@@ -335,7 +335,8 @@ pub struct WaitList {
     /// Waiters handed out for a wake-up that have not left their wait yet
     /// (`handed_out` less the group members passed over).
     in_flight: usize,
-    /// When `pop_front` or `pop_back` last handed out a waiter (a wake-up;
+    /// When `pop_front`, `pop_back` or `signal_front_plain` last handed out
+    /// a waiter (a wake-up;
     /// `monotonic_ns`, 0: never), and the CPU the waker ran on then (-1:
     /// unknown).
     last_wake: u64,
@@ -602,7 +603,7 @@ impl WaitList {
         Ok(Some(w))
     }
 
-    /// `hand_out` without the GVL check and the stamps (`stamp_wakes`),
+    /// `hand_out` without the GVL check and the stamps (`stamp_last_wake`),
     /// which its callers make once. The caller checked the GVL.
     fn next_out(
         &mut self,
@@ -915,7 +916,10 @@ mod tests {
             let under_scheduler = Waiter::new(4, QNIL, 0x100, QNIL);
             while_enlisted(&cell, list, &under_scheduler, || {
                 enlisted(&cell, &[5], || {
+                    assert_eq!(cell.with(|l| l.last_wake), 0);
                     assert_eq!(signal_plain(&cell, 2), (vec![1, 2], false));
+                    // Stamped: the list woke someone.
+                    assert!(cell.with(|l| l.last_wake) > 0);
                     assert_eq!(signal_plain(&cell, 2), (vec![3], true));
                     assert_eq!(counts(&cell), (5, 3, false));
                     assert!(
@@ -924,8 +928,6 @@ mod tests {
                     );
                     assert_eq!(pop(&cell, true), Some(4));
                     assert_eq!(signal_plain(&cell, 2), (vec![5], false));
-                    // Stamped: the list woke someone.
-                    assert!(cell.with(|l| l.last_wake) > 0);
                 })
             })
         });
