@@ -108,8 +108,8 @@ pub const PARK_LIMIT: Duration = Duration::from_millis(10);
 /// pays only where its waker defers the wake-up until it gives up the
 /// GVL; until a calm window has passed (sys/park.rs, `CALM_WINDOW`), such
 /// waits sleep in Ruby. Under M:N threads, where nothing is deferred,
-/// they then park with the batch policy, as before. (Parking's M:N failure was errno's, fixed since:
-/// "errno under M:N threads".)
+/// they then park with the batch policy, as before. (Parking's M:N
+/// failure was errno's, fixed since: "errno under M:N threads".)
 fn parking_allowed(why: Off, calm: bool) -> bool {
     sys::PARKING && (!sys::ruby_3_3_or_later() || (why == Off::OneCpu && calm))
 }
@@ -447,8 +447,7 @@ pub enum Plan {
 /// Where spins are off, a wait parks if its wake-up will likely come from
 /// its own CPU: always with one CPU (on Ruby 3.3+ only a calm one, once
 /// a calm window has passed: `parking_allowed`); on a busy machine, when
-/// the list's
-/// last waker ran on the CPU this thread runs on now. A futex wake-up
+/// the list's last waker ran on the CPU this thread runs on now. A futex wake-up
 /// from another CPU beside busy processes cost far more than Ruby's sleep
 /// (a ping-pong beside a CPU-bound process pinned to each core: 4.6x
 /// stock's CPU time, most of it in the kernel's cross-CPU wake-up), while

@@ -201,7 +201,7 @@ pub fn block_from(
         // interrupt flag, which check_ints consumes: read it first, or the
         // sleep below would wait for a wake-up already spent (ruby/spec's
         // "can be interrupted by Thread#run", about 1 run in 10 on 3.3.8).
-        let woken = once && sys::CurrentThread::get(&ruby).interrupted();
+        let woken = once && w.thread_interrupted();
         // Interrupts that arrived while spinning or parked are raised here.
         sys::check_ints(&ruby)?;
         // With `once`, an interrupt ends the wait as it ends Mutex#sleep

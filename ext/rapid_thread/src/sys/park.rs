@@ -174,7 +174,7 @@ pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
 /// deferred wake-ups repay: vm_thread_condvar2 (pinned, Ruby 3.4.5), one
 /// calm wait in a hundred (its other waits sleep in Ruby), ran 2% slower
 /// with it. A calm park that does not defer (the batch policy) cost
-/// condvar2 another 2.7% against Ruby's sleep (docs/design-details.md,
+/// condvar2 another 1.5% against Ruby's sleep (docs/design-details.md,
 /// "Where condvar2's time goes on one CPU"). So on Ruby 3.3+ calm waits
 /// sleep in Ruby and are counted, in windows of [`CALM_WINDOW`]; from the
 /// first window in which they were at least a quarter of the GVL releases

@@ -336,9 +336,8 @@ pub struct WaitList {
     /// (`handed_out` less the group members passed over).
     in_flight: usize,
     /// When `pop_front`, `pop_back` or `signal_front_plain` last handed out
-    /// a waiter (a wake-up;
-    /// `monotonic_ns`, 0: never), and the CPU the waker ran on then (-1:
-    /// unknown).
+    /// a waiter (a wake-up; `monotonic_ns`, 0: never), and the CPU the
+    /// waker ran on then (-1: unknown).
     last_wake: u64,
     last_wake_cpu: i32,
     /// Whether it has ever held two waiters at once (a pool, many
@@ -535,9 +534,9 @@ impl WaitList {
     /// For a waker that must not raise: signals up to `out.len()` of the
     /// longest waiters, stopping at one with a fiber scheduler (whose
     /// unblock hook runs Ruby code: it stays linked, for `pop_front`), and
-    /// stores how to wake each in `out`. One GVL check, one
-    /// clock read and one CPU read stamp the whole batch (per waiter they
-    /// were a tenth of a crowded broadcast's cost; docs/design-details.md,
+    /// stores how to wake each in `out`. One GVL check, one clock read and
+    /// one CPU read stamp the whole batch (per waiter they were about a
+    /// quarter of a broadcast's instructions; docs/design-details.md,
     /// "Where condvar2's time goes on one CPU"). Returns how many it
     /// signaled (`out[..n]`), and `HasScheduler` if it stopped there.
     pub fn signal_front_plain(
