@@ -133,69 +133,6 @@ pub fn create_thread(ruby: &Ruby, body: ThreadBody, unmasked: bool) -> Result<Va
     Ok(unsafe { value(t) })
 }
 
-/// What [`create_thread_unmasking`] did.
-pub struct Made {
-    /// The new Thread, or why none was made: a ThreadError (no threads
-    /// left), or an error on the way into `handle_interrupt`.
-    pub thread: Result<Value, Error>,
-    /// An interrupt of the creator's, let through by its own masks as it
-    /// left `handle_interrupt` (the thread, if made, exists all the same).
-    pub interrupt: Option<Error>,
-}
-
-/// Starts a Ruby thread running `body` natively, as [`create_thread`], that
-/// is born unmasked yet keeps no frame for it: the creator makes it from
-/// inside `Thread.handle_interrupt(Object => :immediate)`. Ruby gives a new
-/// thread a copy of its creator's mask stack, and the mask on top answers
-/// first: `Object => :immediate` lets every interrupt (an exception, a
-/// kill) through, whatever masks the creator has beneath it. The creator's
-/// own masks are lifted only while `rb_thread_create` runs, which checks no
-/// interrupts. Does not check `process_ending`: the caller has.
-pub fn create_thread_unmasking(ruby: &Ruby, body: ThreadBody) -> Made {
-    let mut slot: Slot = (body, None);
-    let data = &mut slot as *mut Slot as VALUE;
-    // `slot` outlives the call. It is on this stack, which the GC scans:
-    // the new Thread stays alive and in place while handle_interrupt's
-    // exit runs interrupts (Ruby code).
-    let r = handle_interrupt(ruby, c"immediate", create_in_block, data);
-    match (slot.1, r) {
-        (Some(thread), r) => Made {
-            thread,
-            interrupt: r.err(),
-        },
-        // The block never ran.
-        (None, r) => Made {
-            thread: Err(r
-                .err()
-                .unwrap_or_else(|| crate::errors::thread_error("can't create Thread"))),
-            interrupt: None,
-        },
-    }
-}
-
-/// create_thread_unmasking's body and, once made, the Thread or why not.
-type Slot = (ThreadBody, Option<Result<Value, Error>>);
-
-unsafe extern "C" fn create_in_block(
-    _yielded: VALUE,
-    data: VALUE,
-    _argc: std::os::raw::c_int,
-    _argv: *const VALUE,
-    _blockarg: VALUE,
-) -> VALUE {
-    // SAFETY: `data` points at create_thread_unmasking's slot, alive for
-    // the whole call.
-    let slot = unsafe { &mut *(data as *mut Slot) };
-    let body = slot.0;
-    // SAFETY: as in create_thread; a ThreadError is caught by protect and
-    // kept, so the block returns normally.
-    let made =
-        protect(|| unsafe { rb_sys::rb_thread_create(Some(thread_entry), body as *mut c_void) });
-    // SAFETY: a new, live Thread.
-    slot.1 = Some(made.map(|t| unsafe { value(t) }));
-    QNIL
-}
-
 /// Whether the main thread is killed: the process is ending, and every
 /// thread alive was told to end once, when this became true.
 pub fn process_ending(ruby: &Ruby) -> Result<bool, Error> {

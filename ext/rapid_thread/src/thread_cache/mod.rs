@@ -88,7 +88,7 @@ pub struct Pool {
     monitor_started: bool,
     /// The monitor is in a sleep (timed or not) that a wake-up ends.
     monitor_sleeping: bool,
-    /// ... in an untimed sleep: nothing was pending.
+    /// ... in an untimed sleep: nothing was pending (for a test).
     monitor_dormant: bool,
     /// Workers that spawn / join asked the monitor to start.
     wanted: usize,
@@ -160,13 +160,6 @@ impl Pool {
     /// `monitor` on every way out; one killed before it started does not).
     fn monitor_running(&mut self) -> bool {
         !self.monitor.is_nil() && self.monitor_started
-    }
-
-    /// The monitor runs and will look at the workers starting: it is not
-    /// left dormant behind one that a spawn started (`start_worker_here`),
-    /// which may be lost before it reaches the pool.
-    fn monitor_watching(&mut self) -> bool {
-        self.monitor_running() && !(self.monitor_dormant && self.starting > 0)
     }
 
     /// Drops killed tasks from the head; whether a runnable one is left.
@@ -302,7 +295,7 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         p.spawned += 1;
         p.pending.push_back(held);
     });
-    if let Err(e) = dispatch(ruby, priority == 0) {
+    if let Err(e) = dispatch(ruby) {
         // Nothing can run it (no thread could be created, ThreadError): as
         // Thread.new, raise and leave nothing behind. Any other error (an
         // interrupt aimed at this thread) leaves the task queued: it runs,
@@ -487,12 +480,10 @@ fn poll_pending(task: Value) -> Result<(), Error> {
 }
 
 /// Gets the pending tasks going: wakes the newest idle worker unless the
-/// idle workers already woken cover them (`must_wake_idle`). Otherwise a
-/// spawn at rest (`at_rest`: priority 0, in the home group) starts the
-/// worker itself when no worker can take them (`start_worker_here`), and
-/// any other arms the monitor (a safety net when woken workers cover the
-/// tasks) and has it start a worker now when none can take them.
-fn dispatch(ruby: &Ruby, at_rest: bool) -> Result<(), Error> {
+/// idle workers already woken cover them (`must_wake_idle`); otherwise arms
+/// the monitor (a safety net when woken workers cover the tasks) and has it
+/// start a worker now when no worker can take them.
+fn dispatch(ruby: &Ruby) -> Result<(), Error> {
     if with(|p| p.must_wake_idle(ruby)) {
         return wait::wake_newest(POOL.cell(), idle);
     }
@@ -501,67 +492,12 @@ fn dispatch(ruby: &Ruby, at_rest: bool) -> Result<(), Error> {
     if sys::process_ending(ruby)? {
         return Err(errors::thread_error("can't alloc thread"));
     }
-    if at_rest {
-        // Made if there is none (the first spawn), not woken.
-        try_arm_monitor(ruby, false)??;
-        if start_worker_here(ruby)? {
-            return Ok(());
-        }
-    }
     // Armed first: `ensure_progress` calls `stop?` on busy workers, where
     // an interrupt (Thread#raise, Ctrl-C) can end the spawn with the task
     // left queued; the monitor's ticks then do what it would have done.
     // The monitor cannot run before this thread gives up the GVL.
     arm_monitor(ruby)?;
     ensure_progress(ruby)
-}
-
-/// For a spawn at rest (see `dispatch`): when no worker can take the
-/// pending tasks (`can_progress`), starts one here rather than through the
-/// monitor, which stays asleep: one GVL hand-off fewer per cold spawn. The
-/// worker is born in the spawner's group (the home group) at its priority
-/// (0) and, though a thread inherits its creator's `handle_interrupt`
-/// masks, unmasked (`sys::create_thread_unmasking`), as the monitor's are.
-/// Whether it started one; false when a worker can take them, or none
-/// could be made (ThreadError: the monitor is asked, and retries).
-///
-/// Should the worker be lost before it reaches the pool (killed in a
-/// `:thread_begin` hook), its task waits, as behind any worker starting,
-/// for the monitor, which the next spawn, join or poll wakes.
-fn start_worker_here(ruby: &Ruby) -> Result<bool, Error> {
-    let stalled = match can_progress(ruby) {
-        Ok(can) => !can,
-        Err(e) => {
-            // As when an interrupt ends `ensure_progress`: the monitor
-            // takes over.
-            wake_monitor(ruby);
-            return Err(e);
-        }
-    };
-    if !stalled || with(|p| !p.has_pending(ruby)) {
-        return Ok(false);
-    }
-    with(count_starter);
-    let made = sys::create_thread_unmasking(ruby, worker_body);
-    match made.thread {
-        Ok(t) => {
-            with(|p| p.starting_threads.push(Held::new(t)));
-            match made.interrupt {
-                Some(e) => Err(e),
-                None => Ok(true),
-            }
-        }
-        Err(refused) => {
-            with(uncount_starter);
-            let interrupted = made.interrupt.is_some();
-            if !interrupted && refused.is_kind_of(ruby.exception_thread_error()) {
-                return Ok(false);
-            }
-            with(|p| p.wanted += 1);
-            wake_monitor(ruby);
-            Err(made.interrupt.unwrap_or(refused))
-        }
-    }
 }
 
 /// Asks for a worker now when tasks are pending and nobody else can take
@@ -602,18 +538,16 @@ fn ensure_progress(ruby: &Ruby) -> Result<(), Error> {
 
 /// For a poll of a pending task (`Task#alive?`, `#status`): a program that
 /// only polls makes no spawn or join, so it would wait forever on tasks a
-/// killed monitor left behind, or behind a worker that a spawn started
-/// and that was lost on its way (`Pool::monitor_watching`). A watching
-/// monitor (the usual case) costs one look at the pool. Without one, a
-/// poll wakes an idle worker nobody woke, or restarts or wakes the
-/// monitor, whose tick does the rest (it grows the
+/// killed monitor left behind. A running monitor (the usual case) costs
+/// one look at the pool. Without one, a poll wakes an idle worker nobody
+/// woke, or restarts the monitor, whose tick does the rest (it grows the
 /// cache when the tasks make no progress). Unlike a join:
 /// - once the main thread has ended (finalizers at exit), a poll starts
 ///   nothing, as Thread.new refuses to then;
 /// - a monitor that cannot be created (ThreadError) is not the poll's
 ///   answer: the task is still pending, and the next poll tries again.
 fn ensure_progress_if_orphaned(ruby: &Ruby) -> Result<(), Error> {
-    if with(Pool::monitor_watching) || !with(|p| p.has_pending(ruby)) {
+    if with(Pool::monitor_running) || !with(|p| p.has_pending(ruby)) {
         return Ok(());
     }
     if sys::process_ending(ruby)? {
@@ -623,7 +557,7 @@ fn ensure_progress_if_orphaned(ruby: &Ruby) -> Result<(), Error> {
         return wait::wake_newest(POOL.cell(), idle);
     }
     // Refused: the next poll tries again.
-    let _refused = try_arm_monitor(ruby, true)?;
+    let _refused = try_arm_monitor(ruby)?;
     Ok(())
 }
 
@@ -650,9 +584,13 @@ fn any_busy_runnable(ruby: &Ruby) -> Result<bool, Error> {
     Ok(false)
 }
 
-/// The monitor's way to start a worker (a spawn's: `start_worker_here`).
 fn start_worker(ruby: &Ruby) -> Result<(), Error> {
-    with(count_starter);
+    with(|p| {
+        p.starting += 1;
+        p.live += 1;
+        p.created += 1;
+        p.peak = p.peak.max(p.live);
+    });
     // Workers inherit the monitor's (unmasked) interrupt state. The new
     // thread cannot reach the pool before this one gives up the GVL.
     match sys::create_thread(ruby, worker_body, false) {
@@ -661,25 +599,14 @@ fn start_worker(ruby: &Ruby) -> Result<(), Error> {
             Ok(())
         }
         Err(e) => {
-            with(uncount_starter);
+            with(|p| {
+                p.starting -= 1;
+                p.live -= 1;
+                p.created -= 1;
+            });
             Err(e)
         }
     }
-}
-
-/// A worker is being made: it counts as starting and alive.
-fn count_starter(p: &mut Pool) {
-    p.starting += 1;
-    p.live += 1;
-    p.created += 1;
-    p.peak = p.peak.max(p.live);
-}
-
-/// ... it was not made after all.
-fn uncount_starter(p: &mut Pool) {
-    p.starting -= 1;
-    p.live -= 1;
-    p.created -= 1;
 }
 
 /// A worker reached the pool, or ended on its way there.
@@ -714,13 +641,12 @@ fn forget_lost_starters(ruby: &Ruby) -> Result<(), Error> {
 /// wakes it if it sleeps. Fails if it cannot be created (ThreadError), or
 /// with an interrupt that lands in a call made on the way.
 fn arm_monitor(ruby: &Ruby) -> Result<(), Error> {
-    try_arm_monitor(ruby, true)?
+    try_arm_monitor(ruby)?
 }
 
 /// arm_monitor, with the monitor's creation refused (the inner error, a
-/// ThreadError) kept apart from interrupts (the outer one). Without
-/// `wake`, a sleeping monitor is left asleep.
-fn try_arm_monitor(ruby: &Ruby, wake: bool) -> Result<Result<(), Error>, Error> {
+/// ThreadError) kept apart from interrupts (the outer one).
+fn try_arm_monitor(ruby: &Ruby) -> Result<Result<(), Error>, Error> {
     let (monitor, sleeping) = loop {
         let (monitor, sleeping, started) =
             with(|p| (p.monitor, p.monitor_sleeping, p.monitor_started));
@@ -767,19 +693,10 @@ fn try_arm_monitor(ruby: &Ruby, wake: bool) -> Result<Result<(), Error>, Error> 
             sys::name!(c"name="),
             &[ruby.str_new(MONITOR_NAME).as_value()],
         )?;
-    } else if sleeping && wake {
+    } else if sleeping {
         sys::wakeup_thread(monitor.get(ruby));
     }
     Ok(Ok(()))
-}
-
-/// Wakes the monitor if it sleeps; a monitor that is gone or has not run
-/// yet is left to the next `arm_monitor`. Calls no Ruby code.
-fn wake_monitor(ruby: &Ruby) {
-    let (monitor, sleeping) = with(|p| (p.monitor, p.monitor_sleeping));
-    if sleeping && !monitor.is_nil() {
-        sys::wakeup_thread(monitor.get(ruby));
-    }
 }
 
 /// Whether a thread that `me` creates (in `me`'s ThreadGroup) can move to

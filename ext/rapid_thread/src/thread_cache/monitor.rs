@@ -1,7 +1,6 @@
 //! The thread cache's monitor (see [`monitor_body`]): it starts workers
 //! that `spawn` and `join` ask for, and grows the cache when pending tasks
-//! stall. It runs unmasked, and so do the workers it makes. (A spawn at
-//! rest makes its own, unmasked too: `start_worker_here`.)
+//! stall. Workers are always made here, by a thread that runs unmasked.
 
 use super::*;
 
