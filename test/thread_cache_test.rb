@@ -677,6 +677,17 @@ class ThreadCacheTest < RapidThreadTest
     tasks.map(&:value).uniq.tap { |workers| wait_until { workers.all?(&:stop?) } }
   end
 
+  # A worker back from its block reads idle_timeout and max_idle, then
+  # calls Ruby (Thread#alive?, which can switch threads) before it enlists
+  # on the idle list. A setter that ran there found nobody to wake, and the
+  # worker slept out the old idle_timeout: with max_idle = 0 it stayed idle
+  # for a minute (seen in CI as burst's 15 s wait for the idle workers to
+  # exit, after a test that left idle_timeout at 60 for its worker).
+  def test_a_setting_changed_as_a_worker_goes_idle_reaches_it
+    out = child_output("thread_cache/a_setting_changed_as_a_worker_goes_idle_reaches_it")
+    assert_equal "[true, true, 0]\n", out
+  end
+
   def test_after_a_burst_work_goes_to_the_most_recently_idle_worker
     workers = burst(16)
     assert_equal 16, workers.size

@@ -100,6 +100,10 @@ pub struct Pool {
     peak: usize,
     idle_timeout: Duration,
     max_idle: usize,
+    /// Changes of `idle_timeout` and `max_idle`: a worker that read them
+    /// before it enlisted on `idle` (where the setters' wake-up reaches
+    /// it) checks that none came in between (`next_task`).
+    settings_gen: u64,
     fork_gen: u64,
 }
 
@@ -127,6 +131,7 @@ impl Pool {
             peak: 0,
             idle_timeout: Duration::from_secs(3),
             max_idle: 64,
+            settings_gen: 0,
             fork_gen: 0,
         }
     }
@@ -722,7 +727,10 @@ fn set_idle_timeout(secs: f64) -> Result<f64, Error> {
         ));
     }
     let d = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
-    with(|p| p.idle_timeout = d);
+    with(|p| {
+        p.idle_timeout = d;
+        p.settings_gen += 1;
+    });
     // Idle workers re-check their deadline against the new timeout.
     wait::wake_all(POOL.cell(), idle)?;
     Ok(secs)
@@ -736,7 +744,10 @@ fn set_max_idle(n: i64) -> Result<i64, Error> {
     if n < 0 {
         return Err(errors::arg_error("max_idle must not be negative"));
     }
-    with(|p| p.max_idle = n as usize);
+    with(|p| {
+        p.max_idle = n as usize;
+        p.settings_gen += 1;
+    });
     // Idle workers over the new limit exit.
     wait::wake_all(POOL.cell(), idle)?;
     Ok(n)

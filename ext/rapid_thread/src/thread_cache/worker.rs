@@ -120,7 +120,8 @@ pub(super) fn next_task(ruby: &Ruby, live: &mut Live, me: Value) -> Result<Optio
         // Re-read each time: a changed idle_timeout applies to waiting
         // workers too (the setter wakes them).
         let since = *idle_since.get_or_insert_with(Instant::now);
-        let deadline = since.checked_add(with(|p| p.idle_timeout));
+        let (timeout, settings) = with(|p| (p.idle_timeout, p.settings_gen));
+        let deadline = since.checked_add(timeout);
         let expired = deadline.is_some_and(|d| d <= Instant::now());
         let took = with(|p| {
             // A worker whose idle time ran out leaves pending tasks to the
@@ -156,6 +157,13 @@ pub(super) fn next_task(ruby: &Ruby, live: &mut Live, me: Value) -> Result<Optio
             sys::nil(ruby),
             |p: &mut Pool| p.has_pending(&sys::main_ruby()),
             |w| {
+                // A setter that ran since the settings were read (the
+                // `process_ending` call above can switch threads) found
+                // this worker off the list, so its wake-up missed it: go
+                // round again rather than sleep out the old idle_timeout.
+                if with(|p| p.settings_gen) != settings {
+                    return Ok(true);
+                }
                 wait::block(w, deadline, false)?;
                 Ok(w.signaled())
             },
