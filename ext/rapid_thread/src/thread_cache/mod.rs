@@ -100,10 +100,6 @@ pub struct Pool {
     peak: usize,
     idle_timeout: Duration,
     max_idle: usize,
-    /// Changes of `idle_timeout` and `max_idle`: a worker that read them
-    /// before it enlisted on `idle` (where the setters' wake-up reaches
-    /// it) checks that none came in between (`next_task`).
-    settings_gen: u64,
     fork_gen: u64,
 }
 
@@ -131,7 +127,6 @@ impl Pool {
             peak: 0,
             idle_timeout: Duration::from_secs(3),
             max_idle: 64,
-            settings_gen: 0,
             fork_gen: 0,
         }
     }
@@ -163,6 +158,11 @@ impl Pool {
 
     /// Whether the monitor is there and its body has started (it clears
     /// `monitor` on every way out; one killed before it started does not).
+    /// What an idle worker decides by: `idle_timeout` and `max_idle`.
+    fn idle_settings(&mut self) -> (Duration, usize) {
+        (self.idle_timeout, self.max_idle)
+    }
+
     fn monitor_running(&mut self) -> bool {
         !self.monitor.is_nil() && self.monitor_started
     }
@@ -727,10 +727,7 @@ fn set_idle_timeout(secs: f64) -> Result<f64, Error> {
         ));
     }
     let d = Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX);
-    with(|p| {
-        p.idle_timeout = d;
-        p.settings_gen += 1;
-    });
+    with(|p| p.idle_timeout = d);
     // Idle workers re-check their deadline against the new timeout.
     wait::wake_all(POOL.cell(), idle)?;
     Ok(secs)
@@ -744,10 +741,7 @@ fn set_max_idle(n: i64) -> Result<i64, Error> {
     if n < 0 {
         return Err(errors::arg_error("max_idle must not be negative"));
     }
-    with(|p| {
-        p.max_idle = n as usize;
-        p.settings_gen += 1;
-    });
+    with(|p| p.max_idle = n as usize);
     // Idle workers over the new limit exit.
     wait::wake_all(POOL.cell(), idle)?;
     Ok(n)

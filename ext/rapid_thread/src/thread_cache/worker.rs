@@ -120,8 +120,8 @@ pub(super) fn next_task(ruby: &Ruby, live: &mut Live, me: Value) -> Result<Optio
         // Re-read each time: a changed idle_timeout applies to waiting
         // workers too (the setter wakes them).
         let since = *idle_since.get_or_insert_with(Instant::now);
-        let (timeout, settings) = with(|p| (p.idle_timeout, p.settings_gen));
-        let deadline = since.checked_add(timeout);
+        let settings = with(Pool::idle_settings);
+        let deadline = since.checked_add(settings.0);
         let expired = deadline.is_some_and(|d| d <= Instant::now());
         let took = with(|p| {
             // A worker whose idle time ran out leaves pending tasks to the
@@ -136,7 +136,7 @@ pub(super) fn next_task(ruby: &Ruby, live: &mut Live, me: Value) -> Result<Optio
                     return Some(Some(t));
                 }
             }
-            let over = expired || p.idle.waiting() >= p.max_idle;
+            let over = expired || p.idle.waiting() >= settings.1;
             over.then_some(None)
         });
         match took {
@@ -161,7 +161,7 @@ pub(super) fn next_task(ruby: &Ruby, live: &mut Live, me: Value) -> Result<Optio
                 // `process_ending` call above can switch threads) found
                 // this worker off the list, so its wake-up missed it: go
                 // round again rather than sleep out the old idle_timeout.
-                if with(|p| p.settings_gen) != settings {
+                if with(Pool::idle_settings) != settings {
                     return Ok(true);
                 }
                 wait::block(w, deadline, false)?;
