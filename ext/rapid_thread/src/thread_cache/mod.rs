@@ -58,6 +58,11 @@ const OWN_SWEEP_MIN: usize = 64;
 /// How often the monitor re-checks pending tasks for a stall.
 const GROW_TICK: Duration = Duration::from_millis(1);
 
+/// ... while the workers starting are enough for every pending task
+/// (`Pool::starters_suffice`): the rules wait for them anyway, and the
+/// tick only finds a starter lost before its body ran.
+const STARTING_TICK: Duration = Duration::from_millis(20);
+
 pub struct Pool {
     /// Tasks waiting for a worker (some may have been killed meanwhile).
     pending: VecDeque<Held>,
@@ -191,6 +196,12 @@ impl Pool {
         !self.idle.is_empty()
             && self.has_pending(ruby)
             && self.pending.len() > self.idle.handed_out()
+    }
+
+    /// Whether the workers starting will take every pending task (killed
+    /// ones counted: O(1), and a wrong "no" only ticks sooner).
+    fn starters_suffice(&mut self) -> bool {
+        self.starting > 0 && self.wanted == 0 && self.pending.len() <= self.starting
     }
 
     /// Pending tasks that still want to run (killed ones stay queued

@@ -5,8 +5,9 @@
 use super::*;
 
 /// Sleeps while nothing is pending (woken by `arm_monitor`); otherwise
-/// checks every GROW_TICK that pending tasks can make progress, and grows
-/// the cache when they cannot:
+/// checks every GROW_TICK (STARTING_TICK while the workers starting will
+/// take every pending task; a spawn meanwhile wakes it) that pending
+/// tasks can make progress, and grows the cache when they cannot:
 /// * every busy worker is blocked and none is idle or starting: start
 ///   workers at once, one more each tick the stall lasts, doubling up to
 ///   `MAX_BATCH` (1, 2, 4, ...: 64 blocked blocks need 7 ticks, not 64);
@@ -48,11 +49,18 @@ pub(super) fn monitor_body(ruby: &Ruby) -> Option<i32> {
                 },
             }
         }
-        let nap = if with(|p| p.has_pending(ruby) || p.wanted > 0) {
-            Some(GROW_TICK)
-        } else {
-            None
-        };
+        // A shorter tick while workers start for every pending task cost a
+        // cold spawn on one CPU (docs/design-details.md, "Where condvar2's
+        // time goes on one CPU").
+        let nap = with(|p| {
+            if p.starters_suffice() {
+                Some(STARTING_TICK)
+            } else if p.has_pending(ruby) || p.wanted > 0 {
+                Some(GROW_TICK)
+            } else {
+                None
+            }
+        });
         with(|p| {
             p.monitor_sleeping = true;
             p.monitor_dormant = nap.is_none();
