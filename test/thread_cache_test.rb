@@ -579,6 +579,16 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, :t2]\n", out
   end
 
+  # Fiber storage (Ruby 3.2+): a Thread.new thread starts with a copy of
+  # its spawner's. Workers kept the copy their creator (the monitor, made
+  # by the first spawn) had, and whatever a block stored: every block saw
+  # the first spawner's request and the previous block's keys.
+  def test_a_block_starts_with_its_spawners_fiber_storage
+    skip "fiber storage is Ruby 3.2's" unless Fiber.respond_to?(:[])
+    out = child_output("thread_cache/a_block_starts_with_its_spawners_fiber_storage")
+    assert_equal "[true, [:first, :first, 1, nil, nil, :fiber], 1]\n", out
+  end
+
   # A :thread_begin hook that gives every new thread a singleton class (an
   # APM, a debugger) must not get every worker retired after one block.
   def test_a_worker_born_with_a_singleton_class_is_reused

@@ -11,6 +11,12 @@ fn main() {
     // switch of threads was not read to fire it, nor tested. rb-sys says
     // which Ruby this builds for.
     println!("cargo:rustc-check-cfg=cfg(ruby_thread_event_hooks)");
+    // Fiber storage (`Fiber[]`), which a new thread copies from its
+    // creator, exists from 3.2 on (thread_cache's workers carry it).
+    println!("cargo:rustc-check-cfg=cfg(ruby_fiber_storage)");
+    if std::env::var("DEP_RB_VERSION_GTE_3_2").as_deref() == Ok("true") {
+        println!("cargo:rustc-cfg=ruby_fiber_storage");
+    }
     if std::env::var("DEP_RB_VERSION_GTE_3_3").as_deref() == Ok("true") {
         println!("cargo:rustc-cfg=ruby_thread_event_hooks");
     }

@@ -86,6 +86,10 @@ pub struct State {
     abort_on_exception: bool,
     /// An exception sent with Task#raise before the block started.
     pending_raise: Held,
+    /// The spawner's fiber storage, copied at `spawn` (a Hash, or nil),
+    /// which Thread.new gives its thread (Ruby 3.2+); dropped once the
+    /// block starts.
+    storage: Held,
     /// The spawner's priority at `spawn` (Thread.new gives it to its
     /// thread); 0 is a worker's own. A block spawned from a ThreadGroup
     /// other than the workers' runs on a thread of its own (thread_cache's
@@ -122,17 +126,18 @@ impl State {
     /// GC counts as "shady": 1000 sleeping blocks (vm_thread_close) then
     /// cost a major GC that 1000 Thread.new threads do not. `compact` still
     /// updates it.
-    fn marked_values(&self) -> [Held; 5] {
+    fn marked_values(&self) -> [Held; 6] {
         [
             self.block,
             self.args,
             self.result,
             self.name,
             self.pending_raise,
+            self.storage,
         ]
     }
 
-    fn values_mut(&mut self) -> [&mut Held; 6] {
+    fn values_mut(&mut self) -> [&mut Held; 7] {
         [
             &mut self.block,
             &mut self.args,
@@ -140,6 +145,7 @@ impl State {
             &mut self.thread,
             &mut self.name,
             &mut self.pending_raise,
+            &mut self.storage,
         ]
     }
 }
@@ -203,6 +209,8 @@ pub struct Start {
     pub abort_on_exception: bool,
     /// The spawner's Thread#priority (-3..3); 0 is a worker's own.
     pub priority: i32,
+    /// The spawner's fiber storage (a copy: a Hash, or nil).
+    pub storage: Value,
 }
 
 impl Task {
@@ -214,6 +222,7 @@ impl Task {
         kw_splat: bool,
         report_on_exception: bool,
         priority: i32,
+        storage: Value,
     ) -> Task {
         Task {
             state: GvlCell::new(State {
@@ -227,6 +236,7 @@ impl Task {
                 report_on_exception,
                 abort_on_exception: false,
                 pending_raise: Held::NIL,
+                storage: Held::new(storage),
                 priority,
                 joiners: {
                     let mut l = WaitList::new();
@@ -282,11 +292,13 @@ impl Task {
                 report_on_exception: s.report_on_exception,
                 abort_on_exception: s.abort_on_exception,
                 priority: s.priority,
+                storage: s.storage.get(ruby),
             };
             // The worker's stack keeps these alive while the block runs;
             // the task lets go of them so that a kept handle pins nothing.
             s.args = Held::NIL;
             s.pending_raise = Held::NIL;
+            s.storage = Held::NIL;
             start
         })
     }

@@ -166,6 +166,69 @@ pub fn main_thread(_: &Ruby) -> Value {
     unsafe { value(rb_sys::rb_thread_main()) }
 }
 
+/// The current Fiber (a thread's root Fiber object is made the first time
+/// it is asked for, which may raise NoMemoryError).
+#[cfg(ruby_fiber_storage)]
+pub fn current_fiber(_: &Ruby) -> Result<Value, Error> {
+    // SAFETY: GVL held (the handle); may allocate and raise, caught by
+    // protect.
+    let f = protect(|| unsafe { rb_sys::rb_fiber_current() })?;
+    // SAFETY: the current fiber, alive while it runs.
+    Ok(unsafe { value(f) })
+}
+
+/// `Fiber.current.storage`: a copy of the current fiber's storage (a
+/// Hash), or nil for none, under one protect.
+#[cfg(ruby_fiber_storage)]
+pub fn current_fiber_storage(ruby: &Ruby) -> Result<Value, Error> {
+    let id = name!(c"storage").id(ruby)?;
+    // SAFETY: GVL held (the handle); the fiber (made if need be) and the
+    // call may raise, caught by protect.
+    let r = protect(|| unsafe {
+        rb_sys::rb_funcallv(rb_sys::rb_fiber_current(), id, 0, std::ptr::null())
+    })?;
+    // SAFETY: the call's result, alive on this stack.
+    Ok(unsafe { value(r) })
+}
+
+/// Fiber storage (`Fiber[]`, Ruby 3.2+): a new thread starts with a copy
+/// of its creator's (`Fiber.current.storage`, a Hash or nil). These set
+/// and clear the current fiber's one key at a time (`Fiber[key] =`): the
+/// one way to replace it whole, `Fiber#storage=`, warns that it is
+/// experimental. So a storage cleared here is an empty Hash, not nil.
+#[cfg(ruby_fiber_storage)]
+pub fn set_fiber_storage(ruby: &Ruby, storage: Value) -> Result<(), Error> {
+    let Some(hash) = magnus::RHash::from_value(storage) else {
+        return Ok(());
+    };
+    let fiber_class = ruby.class_object().const_get::<_, Value>("Fiber")?;
+    hash.foreach(|k: Value, v: Value| {
+        funcall(fiber_class, name!(c"[]="), &[k, v])?;
+        Ok(magnus::r_hash::ForEach::Continue)
+    })
+}
+
+/// Before Ruby 3.2 fibers have no storage.
+#[cfg(not(ruby_fiber_storage))]
+pub fn set_fiber_storage(_: &Ruby, _: Value) -> Result<(), Error> {
+    Ok(())
+}
+
+/// Empties the current fiber's storage (see [`set_fiber_storage`]);
+/// `storage` is its copy (`Fiber.current.storage`).
+#[cfg(ruby_fiber_storage)]
+pub fn clear_fiber_storage(ruby: &Ruby, storage: Value) -> Result<(), Error> {
+    let Some(hash) = magnus::RHash::from_value(storage) else {
+        return Ok(());
+    };
+    let fiber_class = ruby.class_object().const_get::<_, Value>("Fiber")?;
+    let nil = nil(ruby);
+    hash.foreach(|k: Value, _: Value| {
+        funcall(fiber_class, name!(c"[]="), &[k, nil])?;
+        Ok(magnus::r_hash::ForEach::Continue)
+    })
+}
+
 /// The calling thread, for the one question it may ask without the GVL
 /// ([`CurrentThread::interrupted`]). Not Send: it stays on its thread,
 /// whose Thread object is alive while it runs.

@@ -286,6 +286,12 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     )?;
     let report = report.to_bool();
     let place = spawner_placement(priority, group)?;
+    // The copy of its fiber storage a Thread.new thread starts with (a
+    // thread of its own copies it itself).
+    let storage = match place {
+        Where::Pool { .. } => spawner_storage(ruby)?,
+        Where::OwnThread => sys::nil(ruby),
+    };
     // No Array for a block spawned without arguments (most are): one
     // object fewer per spawn.
     let args = (!args.is_empty()).then(|| ruby.ary_new_from_values(args));
@@ -293,11 +299,12 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         Where::Pool { priority } => priority,
         Where::OwnThread => 0,
     };
-    let task = ruby.obj_wrap(Task::new(block, args, kw_splat, report, priority));
+    let task = ruby.obj_wrap(Task::new(block, args, kw_splat, report, priority, storage));
     // Until the Task object exists (its allocation may run the GC), the
-    // Proc and the Array were reachable only from the Rust value being
-    // boxed: keep them on this stack frame up to here.
+    // Proc, the Array and the storage's copy were reachable only from the
+    // Rust value being boxed: keep them on this stack frame up to here.
     sys::gc_guard(sys::raw(block));
+    sys::gc_guard(sys::raw(storage));
     if let Some(args) = args {
         sys::gc_guard(sys::raw(args.as_value()));
     }
@@ -322,6 +329,18 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         return Err(e);
     }
     Ok(obj)
+}
+
+/// A copy of the spawner's fiber storage (`Fiber.current.storage`: a
+/// Hash, or nil), for the worker that runs the block (Ruby 3.2+).
+#[cfg(ruby_fiber_storage)]
+fn spawner_storage(ruby: &Ruby) -> Result<Value, Error> {
+    sys::current_fiber_storage(ruby)
+}
+
+#[cfg(not(ruby_fiber_storage))]
+fn spawner_storage(ruby: &Ruby) -> Result<Value, Error> {
+    Ok(sys::nil(ruby))
 }
 
 /// Where a spawned block runs: on a worker of the pool, at the spawner's

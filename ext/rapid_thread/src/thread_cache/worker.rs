@@ -73,6 +73,18 @@ pub(super) fn worker_body(ruby: &Ruby) -> Option<i32> {
         starting: true,
         ran: false,
     };
+    // Born with a copy of its creator's (the monitor's) fiber storage: a
+    // block gets its spawner's, and nothing else (`prepare_thread`).
+    let reuse = match worker_fiber(ruby).and_then(|fiber| {
+        clear_storage(ruby, fiber)?;
+        Ok(Reuse {
+            class_word: live.class_word,
+            fiber,
+        })
+    }) {
+        Ok(reuse) => reuse,
+        Err(e) => return jump_tag(&e),
+    };
     loop {
         // An interrupt aimed at the previous block that arrived after it
         // ended must not hit the next one: run it here. A kill ends the
@@ -90,7 +102,7 @@ pub(super) fn worker_body(ruby: &Ruby) -> Option<i32> {
                 None => continue,
             },
         };
-        if let After::End(tag) = run(ruby, task, me, Some(live.class_word)) {
+        if let After::End(tag) = run(ruby, task, me, Some(reuse)) {
             return tag;
         }
         if sys::fork_generation() != live.fork_gen {
@@ -267,11 +279,21 @@ pub(super) fn leave_busy(me: Value) {
     });
 }
 
+/// What a worker's clean-up after a block compares and empties (see
+/// `clean_thread`). On the worker's stack, where the GC sees the fiber.
+#[derive(Clone, Copy)]
+pub(super) struct Reuse {
+    /// The thread's class word when the worker started.
+    class_word: sys::ClassWord,
+    /// The worker's root Fiber (nil before Ruby 3.2).
+    fiber: Value,
+}
+
 /// Runs one task on this worker, as Thread.new runs its block, and says
-/// whether the worker goes on. `class_word`: the worker's (see
+/// whether the worker goes on. `reuse`: the worker's (see
 /// `clean_thread`), or None for a thread of its own, which ends after
 /// the block as it is.
-pub(super) fn run(ruby: &Ruby, obj: Value, me: Value, class_word: Option<sys::ClassWord>) -> After {
+pub(super) fn run(ruby: &Ruby, obj: Value, me: Value, reuse: Option<Reuse>) -> After {
     let task = Task::of(&obj);
     let start = task.start(ruby, me);
     let mut guard = Unfinished {
@@ -326,9 +348,9 @@ pub(super) fn run(ruby: &Ruby, obj: Value, me: Value, class_word: Option<sys::Cl
             (None, None) => (Phase::Killed, sys::nil(ruby), None),
         },
     };
-    match class_word {
-        Some(class_word) => {
-            aftermath.take(ruby, clean_thread(ruby, me, class_word));
+    match reuse {
+        Some(reuse) => {
+            aftermath.take(ruby, clean_thread(ruby, me, reuse));
         }
         None => aftermath.retire = true,
     }
@@ -400,6 +422,35 @@ pub(super) fn prepare_thread(
         let priority = ruby.integer_from_i64(start.priority.into()).as_value();
         sys::funcall(me, sys::name!(c"priority="), &[priority])?;
     }
+    // The spawner's fiber storage, as Thread.new copies it (the worker's
+    // own is empty: `clear_storage`).
+    sys::set_fiber_storage(ruby, start.storage)?;
+    Ok(())
+}
+
+/// The worker's root Fiber (Ruby 3.2+; nil before).
+#[cfg(ruby_fiber_storage)]
+fn worker_fiber(ruby: &Ruby) -> Result<Value, Error> {
+    sys::current_fiber(ruby)
+}
+
+#[cfg(not(ruby_fiber_storage))]
+fn worker_fiber(ruby: &Ruby) -> Result<Value, Error> {
+    Ok(sys::nil(ruby))
+}
+
+/// Empties the worker's fiber storage (Ruby 3.2+; `fiber`, its root
+/// Fiber, is current), which its creator or a block left: an empty Hash
+/// afterwards, where a Thread.new thread whose creator had none has nil
+/// (`sys::set_fiber_storage`).
+#[cfg(ruby_fiber_storage)]
+fn clear_storage(ruby: &Ruby, fiber: Value) -> Result<(), Error> {
+    let copy = sys::funcall(fiber, sys::name!(c"storage"), &[])?;
+    sys::clear_fiber_storage(ruby, copy)
+}
+
+#[cfg(not(ruby_fiber_storage))]
+fn clear_storage(_: &Ruby, _: Value) -> Result<(), Error> {
     Ok(())
 }
 
@@ -416,13 +467,9 @@ pub(super) fn thread_flags(ruby: &Ruby, me: Value) -> Result<(bool, bool), Error
 }
 
 /// Leaves nothing of the block on the worker: fiber-locals, thread
-/// variables, its name, priority and ThreadGroup go, so the next block
+/// variables, fiber storage, its name, priority and ThreadGroup go, so the next block
 /// starts fresh and an idle worker keeps no user object alive.
-pub(super) fn clean_thread(
-    ruby: &Ruby,
-    me: Value,
-    class_word: sys::ClassWord,
-) -> Result<(), Error> {
+pub(super) fn clean_thread(ruby: &Ruby, me: Value, reuse: Reuse) -> Result<(), Error> {
     if me.is_frozen() {
         // A block froze Thread.current: the next block could not set a
         // fiber-local on it. Retire the worker (any error here does).
@@ -446,6 +493,7 @@ pub(super) fn clean_thread(
         }
     }
     sys::clear_thread_variables(me)?;
+    clear_storage(ruby, reuse.fiber)?;
     if sys::has_user_ivars(me) {
         // Instance variables set on Thread.current (Rails 7 keeps its
         // per-thread execution state, CurrentAttributes included, in one):
@@ -462,7 +510,7 @@ pub(super) fn clean_thread(
     // enclosed it, or joined an enclosed one) retires: it ends there, as
     // its thread would have.
     rest_from(ruby, me, priority, group)?;
-    if sys::class_word(me) != class_word {
+    if sys::class_word(me) != reuse.class_word {
         // Singleton methods or modules a block gave Thread.current cannot
         // be taken back: retire the worker rather than pass them on. Last,
         // so that the resets above still run (through any overrides).
