@@ -589,6 +589,14 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, [:first, :first, 1, nil, nil, :fiber], 1]\n", out
   end
 
+  # A join of a pending task runs the pool's hook first (Ruby calls that
+  # can switch threads); a task that ended meanwhile had woken its joiners
+  # before this one enlisted, and the join slept out its 10 ms re-check.
+  def test_a_join_of_a_task_that_ends_in_the_join_hook_does_not_sleep
+    out = child_output("thread_cache/a_join_of_a_task_that_ends_in_the_join_hook_does_not_sleep")
+    assert_equal "[:done, :no_sleep]\n", out
+  end
+
   # A :thread_begin hook that gives every new thread a singleton class (an
   # APM, a debugger) must not get every worker retired after one block.
   def test_a_worker_born_with_a_singleton_class_is_reused

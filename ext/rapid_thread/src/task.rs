@@ -408,7 +408,15 @@ fn wait_done(rb_self: Value, task: &Task, limit: Option<Duration>) -> Result<boo
         let phase = task.phase();
         match phase {
             Phase::Finished | Phase::Raised | Phase::Killed => return Ok(true),
-            Phase::Pending => (pending_hooks().join)(rb_self)?,
+            Phase::Pending => {
+                (pending_hooks().join)(rb_self)?;
+                // The hook's Ruby calls can switch threads: the task may
+                // have started, or ended and woken its joiners, before
+                // this one enlists below. Look again.
+                if task.phase() != Phase::Pending {
+                    continue;
+                }
+            }
             Phase::Running => {}
         }
         if deadline.is_some_and(|d| d <= Instant::now()) || limit == Some(Duration::ZERO) {
