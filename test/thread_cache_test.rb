@@ -584,9 +584,17 @@ class ThreadCacheTest < RapidThreadTest
   # by the first spawn) had, and whatever a block stored: every block saw
   # the first spawner's request and the previous block's keys.
   def test_a_block_starts_with_its_spawners_fiber_storage
-    skip "fiber storage is Ruby 3.2's" unless Fiber.respond_to?(:[])
+    skip "fiber storage is carried on Ruby 3.3+" unless RUBY_VERSION >= "3.3"
     out = child_output("thread_cache/a_block_starts_with_its_spawners_fiber_storage")
     assert_equal "[true, [:first, :first, 1, nil, nil, :fiber], 1]\n", out
+  end
+
+  # The monitor, made by the first spawn, kept the copy of its creator's
+  # fiber storage it was born with (found by review, session 30).
+  def test_the_monitor_lets_go_of_its_creators_fiber_storage
+    skip "fiber storage is carried on Ruby 3.3+" unless RUBY_VERSION >= "3.3"
+    out = child_output("thread_cache/the_monitor_lets_go_of_its_creators_fiber_storage")
+    assert_equal "[:freed, 1]\n", out
   end
 
   # A join of a pending task runs the pool's hook first (Ruby calls that

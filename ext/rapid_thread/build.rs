@@ -12,9 +12,11 @@ fn main() {
     // which Ruby this builds for.
     println!("cargo:rustc-check-cfg=cfg(ruby_thread_event_hooks)");
     // Fiber storage (`Fiber[]`), which a new thread copies from its
-    // creator, exists from 3.2 on (thread_cache's workers carry it).
+    // creator: thread_cache's workers carry it from 3.3 on, where
+    // `Fiber[k] = nil` deletes the key (3.2 stores nil, so a worker would
+    // gather every key any block used; it keeps its creator's storage).
     println!("cargo:rustc-check-cfg=cfg(ruby_fiber_storage)");
-    if std::env::var("DEP_RB_VERSION_GTE_3_2").as_deref() == Ok("true") {
+    if std::env::var("DEP_RB_VERSION_GTE_3_3").as_deref() == Ok("true") {
         println!("cargo:rustc-cfg=ruby_fiber_storage");
     }
     if std::env::var("DEP_RB_VERSION_GTE_3_3").as_deref() == Ok("true") {

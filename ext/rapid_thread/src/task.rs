@@ -87,7 +87,7 @@ pub struct State {
     /// An exception sent with Task#raise before the block started.
     pending_raise: Held,
     /// The spawner's fiber storage, copied at `spawn` (a Hash, or nil),
-    /// which Thread.new gives its thread (Ruby 3.2+); dropped once the
+    /// which Thread.new gives its thread (Ruby 3.3+); dropped once the
     /// block starts.
     storage: Held,
     /// The spawner's priority at `spawn` (Thread.new gives it to its
@@ -110,6 +110,7 @@ impl State {
             if matches!(self.phase, Phase::Pending | Phase::Running) {
                 self.phase = Phase::Killed;
                 self.thread = Held::NIL;
+                self.storage = Held::NIL;
             }
         }
         self
@@ -350,6 +351,7 @@ impl Task {
             s.block = Held::NIL;
             s.args = Held::NIL;
             s.pending_raise = Held::NIL;
+            s.storage = Held::NIL;
         });
         wait::wake_all(&self.state, joiners)
     }

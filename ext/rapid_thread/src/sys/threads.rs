@@ -168,7 +168,6 @@ pub fn main_thread(_: &Ruby) -> Value {
 
 /// The current Fiber (a thread's root Fiber object is made the first time
 /// it is asked for, which may raise NoMemoryError).
-#[cfg(ruby_fiber_storage)]
 pub fn current_fiber(_: &Ruby) -> Result<Value, Error> {
     // SAFETY: GVL held (the handle); may allocate and raise, caught by
     // protect.
@@ -176,6 +175,13 @@ pub fn current_fiber(_: &Ruby) -> Result<Value, Error> {
     // SAFETY: the current fiber, alive while it runs.
     Ok(unsafe { value(f) })
 }
+
+// Fiber storage (`Fiber[]`; carried from Ruby 3.3 on, build.rs: before,
+// these do nothing): a new thread starts with a copy of its creator's
+// (`Fiber.current.storage`, a Hash or nil). These set and clear the
+// current fiber's one key at a time (`Fiber[key] =`): the one way to
+// replace it whole, `Fiber#storage=`, warns that it is experimental. So a
+// storage cleared here is an empty Hash, not nil.
 
 /// `Fiber.current.storage`: a copy of the current fiber's storage (a
 /// Hash), or nil for none, under one protect.
@@ -191,11 +197,12 @@ pub fn current_fiber_storage(ruby: &Ruby) -> Result<Value, Error> {
     Ok(unsafe { value(r) })
 }
 
-/// Fiber storage (`Fiber[]`, Ruby 3.2+): a new thread starts with a copy
-/// of its creator's (`Fiber.current.storage`, a Hash or nil). These set
-/// and clear the current fiber's one key at a time (`Fiber[key] =`): the
-/// one way to replace it whole, `Fiber#storage=`, warns that it is
-/// experimental. So a storage cleared here is an empty Hash, not nil.
+#[cfg(not(ruby_fiber_storage))]
+pub fn current_fiber_storage(ruby: &Ruby) -> Result<Value, Error> {
+    Ok(nil(ruby))
+}
+
+/// Sets each key of `storage` (a copy, or nil) in the current fiber's.
 #[cfg(ruby_fiber_storage)]
 pub fn set_fiber_storage(ruby: &Ruby, storage: Value) -> Result<(), Error> {
     let Some(hash) = magnus::RHash::from_value(storage) else {
@@ -208,17 +215,16 @@ pub fn set_fiber_storage(ruby: &Ruby, storage: Value) -> Result<(), Error> {
     })
 }
 
-/// Before Ruby 3.2 fibers have no storage.
 #[cfg(not(ruby_fiber_storage))]
 pub fn set_fiber_storage(_: &Ruby, _: Value) -> Result<(), Error> {
     Ok(())
 }
 
-/// Empties the current fiber's storage (see [`set_fiber_storage`]);
-/// `storage` is its copy (`Fiber.current.storage`).
+/// Empties the storage of `fiber`, the current fiber.
 #[cfg(ruby_fiber_storage)]
-pub fn clear_fiber_storage(ruby: &Ruby, storage: Value) -> Result<(), Error> {
-    let Some(hash) = magnus::RHash::from_value(storage) else {
+pub fn clear_fiber_storage(ruby: &Ruby, fiber: Value) -> Result<(), Error> {
+    let copy = funcall(fiber, name!(c"storage"), &[])?;
+    let Some(hash) = magnus::RHash::from_value(copy) else {
         return Ok(());
     };
     let fiber_class = ruby.class_object().const_get::<_, Value>("Fiber")?;
@@ -227,6 +233,11 @@ pub fn clear_fiber_storage(ruby: &Ruby, storage: Value) -> Result<(), Error> {
         funcall(fiber_class, name!(c"[]="), &[k, nil])?;
         Ok(magnus::r_hash::ForEach::Continue)
     })
+}
+
+#[cfg(not(ruby_fiber_storage))]
+pub fn clear_fiber_storage(_: &Ruby, _: Value) -> Result<(), Error> {
+    Ok(())
 }
 
 /// The calling thread, for the one question it may ask without the GVL

@@ -198,10 +198,13 @@ impl Pool {
             && self.pending.len() > self.idle.handed_out()
     }
 
-    /// Whether the workers starting will take every pending task (killed
-    /// ones counted: O(1), and a wrong "no" only ticks sooner).
+    /// Whether tasks are pending and the workers starting will take every
+    /// one (killed ones counted: O(1), and a wrong "no" only ticks sooner).
     fn starters_suffice(&mut self) -> bool {
-        self.starting > 0 && self.wanted == 0 && self.pending.len() <= self.starting
+        self.starting > 0
+            && self.wanted == 0
+            && !self.pending.is_empty()
+            && self.pending.len() <= self.starting
     }
 
     /// Pending tasks that still want to run (killed ones stay queued
@@ -289,7 +292,7 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
     // The copy of its fiber storage a Thread.new thread starts with (a
     // thread of its own copies it itself).
     let storage = match place {
-        Where::Pool { .. } => spawner_storage(ruby)?,
+        Where::Pool { .. } => sys::current_fiber_storage(ruby)?,
         Where::OwnThread => sys::nil(ruby),
     };
     // No Array for a block spawned without arguments (most are): one
@@ -329,18 +332,6 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         return Err(e);
     }
     Ok(obj)
-}
-
-/// A copy of the spawner's fiber storage (`Fiber.current.storage`: a
-/// Hash, or nil), for the worker that runs the block (Ruby 3.2+).
-#[cfg(ruby_fiber_storage)]
-fn spawner_storage(ruby: &Ruby) -> Result<Value, Error> {
-    sys::current_fiber_storage(ruby)
-}
-
-#[cfg(not(ruby_fiber_storage))]
-fn spawner_storage(ruby: &Ruby) -> Result<Value, Error> {
-    Ok(sys::nil(ruby))
 }
 
 /// Where a spawned block runs: on a worker of the pool, at the spawner's

@@ -30,6 +30,11 @@ pub(super) fn monitor_body(ruby: &Ruby) -> Option<i32> {
     if let Err(e) = rest(ruby, me.get(ruby)) {
         return jump_tag(&e);
     }
+    // Born with a copy of its creator's fiber storage too: let it go (it
+    // stayed alive as long as the monitor).
+    if let Err(e) = sys::current_fiber(ruby).and_then(|f| sys::clear_fiber_storage(ruby, f)) {
+        return jump_tag(&e);
+    }
     let mut seen = with(|p| p.started);
     let mut since = Instant::now();
     let mut batch = 1usize;

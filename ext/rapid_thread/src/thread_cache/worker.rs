@@ -75,8 +75,8 @@ pub(super) fn worker_body(ruby: &Ruby) -> Option<i32> {
     };
     // Born with a copy of its creator's (the monitor's) fiber storage: a
     // block gets its spawner's, and nothing else (`prepare_thread`).
-    let reuse = match worker_fiber(ruby).and_then(|fiber| {
-        clear_storage(ruby, fiber)?;
+    let reuse = match sys::current_fiber(ruby).and_then(|fiber| {
+        sys::clear_fiber_storage(ruby, fiber)?;
         Ok(Reuse {
             class_word: live.class_word,
             fiber,
@@ -285,7 +285,7 @@ pub(super) fn leave_busy(me: Value) {
 pub(super) struct Reuse {
     /// The thread's class word when the worker started.
     class_word: sys::ClassWord,
-    /// The worker's root Fiber (nil before Ruby 3.2).
+    /// The worker's root Fiber.
     fiber: Value,
 }
 
@@ -423,34 +423,9 @@ pub(super) fn prepare_thread(
         sys::funcall(me, sys::name!(c"priority="), &[priority])?;
     }
     // The spawner's fiber storage, as Thread.new copies it (the worker's
-    // own is empty: `clear_storage`).
+    // own is empty: `clean_thread`). Emptied key by key, a worker's storage
+    // is {} where a Thread.new thread whose creator had none has nil.
     sys::set_fiber_storage(ruby, start.storage)?;
-    Ok(())
-}
-
-/// The worker's root Fiber (Ruby 3.2+; nil before).
-#[cfg(ruby_fiber_storage)]
-fn worker_fiber(ruby: &Ruby) -> Result<Value, Error> {
-    sys::current_fiber(ruby)
-}
-
-#[cfg(not(ruby_fiber_storage))]
-fn worker_fiber(ruby: &Ruby) -> Result<Value, Error> {
-    Ok(sys::nil(ruby))
-}
-
-/// Empties the worker's fiber storage (Ruby 3.2+; `fiber`, its root
-/// Fiber, is current), which its creator or a block left: an empty Hash
-/// afterwards, where a Thread.new thread whose creator had none has nil
-/// (`sys::set_fiber_storage`).
-#[cfg(ruby_fiber_storage)]
-fn clear_storage(ruby: &Ruby, fiber: Value) -> Result<(), Error> {
-    let copy = sys::funcall(fiber, sys::name!(c"storage"), &[])?;
-    sys::clear_fiber_storage(ruby, copy)
-}
-
-#[cfg(not(ruby_fiber_storage))]
-fn clear_storage(_: &Ruby, _: Value) -> Result<(), Error> {
     Ok(())
 }
 
@@ -493,7 +468,7 @@ pub(super) fn clean_thread(ruby: &Ruby, me: Value, reuse: Reuse) -> Result<(), E
         }
     }
     sys::clear_thread_variables(me)?;
-    clear_storage(ruby, reuse.fiber)?;
+    sys::clear_fiber_storage(ruby, reuse.fiber)?;
     if sys::has_user_ivars(me) {
         // Instance variables set on Thread.current (Rails 7 keeps its
         // per-thread execution state, CurrentAttributes included, in one):
