@@ -714,6 +714,14 @@ class ThreadCacheTest < RapidThreadTest
     assert_equal "[true, true, 0]\n", out
   end
 
+  # The same window let two workers pass the `max_idle` check before
+  # either enlisted: one more than max_idle stayed idle for idle_timeout
+  # (found by review, session 29).
+  def test_two_workers_going_idle_at_once_keep_max_idle
+    out = child_output("thread_cache/two_workers_going_idle_at_once_keep_max_idle")
+    assert_equal "[true, true, 1]\n", out
+  end
+
   def test_after_a_burst_work_goes_to_the_most_recently_idle_worker
     workers = burst(16)
     assert_equal 16, workers.size

@@ -176,6 +176,12 @@ pub(super) fn next_task(ruby: &Ruby, live: &mut Live, me: Value) -> Result<Optio
                 if with(Pool::idle_settings) != settings {
                     return Ok(true);
                 }
+                // Another worker may have passed the `max_idle` check in
+                // that same window and enlisted first: one too many would
+                // stay idle for idle_timeout. Go round again (and end).
+                if with(|p| p.idle.waiting() > settings.1) {
+                    return Ok(true);
+                }
                 wait::block(w, deadline, false)?;
                 Ok(w.signaled())
             },
