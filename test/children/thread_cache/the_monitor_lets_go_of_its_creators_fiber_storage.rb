@@ -1,13 +1,10 @@
-require "weakref"
 # The first spawn makes the monitor, which copies its creator's fiber
-# storage as every new thread does. It kept that copy for good: the
-# spawner's request object stayed alive while the monitor lived. Made in a
-# thread of its own, so that no stale reference stays on this stack.
-ref = Thread.new do
-  request = Object.new
-  Fiber[:request] = request
-  Thread.spawn { 1 }.value
-  WeakRef.new(request)
-end.value
-5.times { GC.start(full_mark: true, immediate_sweep: true) }
-p [ref.weakref_alive? ? :alive : :freed, RapidThread.cache_stats[:threads]]
+# storage as every new thread does. It kept that copy for good (the
+# spawner's request object stayed alive as long as the monitor), and
+# every worker it made was born with a copy too: a :thread_begin hook in
+# a new worker saw the first spawner's request.
+begun = {}
+TracePoint.new(:thread_begin) { begun[Thread.current] = Fiber[:request] }.enable
+Fiber[:request] = :first
+worker = Thread.spawn { Thread.current }.value
+p [begun.fetch(worker), RapidThread.cache_stats[:created]]
