@@ -202,17 +202,29 @@ pub fn current_fiber_storage(ruby: &Ruby) -> Result<Value, Error> {
     Ok(nil(ruby))
 }
 
-/// Sets each key of `storage` (a copy, or nil) in the current fiber's.
+/// `Fiber[k] = v` in the current fiber for each pair of `storage` (a
+/// Hash; nil: nothing), or `Fiber[k] = nil`, which deletes, with `clear`.
 #[cfg(ruby_fiber_storage)]
-pub fn set_fiber_storage(ruby: &Ruby, storage: Value) -> Result<(), Error> {
+fn store_each(ruby: &Ruby, storage: Value, clear: bool) -> Result<(), Error> {
     let Some(hash) = magnus::RHash::from_value(storage) else {
         return Ok(());
     };
     let fiber_class = ruby.class_object().const_get::<_, Value>("Fiber")?;
+    let nil = nil(ruby);
     hash.foreach(|k: Value, v: Value| {
-        funcall(fiber_class, name!(c"[]="), &[k, v])?;
+        funcall(
+            fiber_class,
+            name!(c"[]="),
+            &[k, if clear { nil } else { v }],
+        )?;
         Ok(magnus::r_hash::ForEach::Continue)
     })
+}
+
+/// Sets each key of `storage` (a copy, or nil) in the current fiber's.
+#[cfg(ruby_fiber_storage)]
+pub fn set_fiber_storage(ruby: &Ruby, storage: Value) -> Result<(), Error> {
+    store_each(ruby, storage, false)
 }
 
 #[cfg(not(ruby_fiber_storage))]
@@ -223,16 +235,7 @@ pub fn set_fiber_storage(_: &Ruby, _: Value) -> Result<(), Error> {
 /// Empties the storage of `fiber`, the current fiber.
 #[cfg(ruby_fiber_storage)]
 pub fn clear_fiber_storage(ruby: &Ruby, fiber: Value) -> Result<(), Error> {
-    let copy = funcall(fiber, name!(c"storage"), &[])?;
-    let Some(hash) = magnus::RHash::from_value(copy) else {
-        return Ok(());
-    };
-    let fiber_class = ruby.class_object().const_get::<_, Value>("Fiber")?;
-    let nil = nil(ruby);
-    hash.foreach(|k: Value, _: Value| {
-        funcall(fiber_class, name!(c"[]="), &[k, nil])?;
-        Ok(magnus::r_hash::ForEach::Continue)
-    })
+    store_each(ruby, funcall(fiber, name!(c"storage"), &[])?, true)
 }
 
 #[cfg(not(ruby_fiber_storage))]
