@@ -17,10 +17,8 @@ fn main() {
     // gather every key any block used; it keeps its creator's storage).
     println!("cargo:rustc-check-cfg=cfg(ruby_fiber_storage)");
     if std::env::var("DEP_RB_VERSION_GTE_3_3").as_deref() == Ok("true") {
-        println!("cargo:rustc-cfg=ruby_fiber_storage");
-    }
-    if std::env::var("DEP_RB_VERSION_GTE_3_3").as_deref() == Ok("true") {
         println!("cargo:rustc-cfg=ruby_thread_event_hooks");
+        println!("cargo:rustc-cfg=ruby_fiber_storage");
     }
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("macos") {
         println!("cargo:rustc-cdylib-link-arg=-Wl,-undefined,dynamic_lookup");

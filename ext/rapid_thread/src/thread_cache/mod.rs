@@ -161,13 +161,13 @@ impl Pool {
         };
     }
 
-    /// Whether the monitor is there and its body has started (it clears
-    /// `monitor` on every way out; one killed before it started does not).
     /// What an idle worker decides by: `idle_timeout` and `max_idle`.
     fn idle_settings(&mut self) -> (Duration, usize) {
         (self.idle_timeout, self.max_idle)
     }
 
+    /// Whether the monitor is there and its body has started (it clears
+    /// `monitor` on every way out; one killed before it started does not).
     fn monitor_running(&mut self) -> bool {
         !self.monitor.is_nil() && self.monitor_started
     }

@@ -448,8 +448,8 @@ pub(super) fn thread_flags(ruby: &Ruby, me: Value) -> Result<(bool, bool), Error
 }
 
 /// Leaves nothing of the block on the worker: fiber-locals, thread
-/// variables, fiber storage, its name, priority and ThreadGroup go, so the next block
-/// starts fresh and an idle worker keeps no user object alive.
+/// variables, fiber storage, its name, priority and ThreadGroup go, so the
+/// next block starts fresh and an idle worker keeps no user object alive.
 pub(super) fn clean_thread(ruby: &Ruby, me: Value, reuse: Reuse) -> Result<(), Error> {
     if me.is_frozen() {
         // A block froze Thread.current: the next block could not set a
