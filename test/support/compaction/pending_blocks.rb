@@ -1,10 +1,10 @@
 # Blocks spawned while every worker is busy wait in the thread cache's
 # pending list (marked by it, moved by compaction), with their arguments
-# and, on Ruby 3.2+, their spawner's fiber storage (a copy only the task
+# and, on Ruby 3.3+, their spawner's fiber storage (a copy only the task
 # holds); their results outlive a later GC. Its value: the tasks that
 # went wrong.
 n = GC.stress ? 40 : 200
-storage = Fiber.respond_to?(:[])
+storage = RUBY_VERSION >= "3.3" # carried from 3.3 on (build.rs)
 tag = ->(i) { storage ? "tag-#{i}" * 2 : "" }
 gate = Thread::Queue.new
 hold = RapidThread.spawn { gate.pop }
