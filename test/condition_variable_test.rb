@@ -238,6 +238,15 @@ class ConditionVariableTest < RapidThreadTest
     end
   end
 
+  # A waiter woken by a broadcast and killed before it returns does not
+  # pass its wake-up on, as a signal's waiter does (above): the waiter that
+  # would get it came later, and would return from a wait that stock never
+  # ends. The gem's passed it on, and this child deadlocked.
+  def test_a_killed_broadcast_waiter_wakes_nobody_who_came_later
+    child = "condition_variable/a_killed_broadcast_waiter_wakes_nobody_who_came_later"
+    assert_equal child_output(child, "stock"), child_output(child, "gem")
+  end
+
   def test_lone_wait_is_a_deadlock
     assert_deadlocks("condition_variable/lone_wait_is_a_deadlock")
   end

@@ -212,7 +212,7 @@ impl sys::FastMethod0 for BroadcastFast {
     const SLOW: sys::RawMethod0 = method!(broadcast, 0);
 
     fn fast(_: &Ruby, rb_self: Value) -> Option<Value> {
-        wake_fast(rb_self, usize::MAX)
+        wake_fast(rb_self, wait::ALL)
     }
 }
 

@@ -36,7 +36,11 @@ use crate::sys::{self, GvlCell, WaitList, Waiter};
 /// kill, ...) hands its wake-up to the next waiter when `worth_passing_on`
 /// says there is still something to take; stock loses such a wake-up and
 /// can leave an item stranded while another thread sleeps. The next waiter
-/// is taken from `end`, the end the list's wake-ups come from.
+/// is taken from `end`, the end the list's wake-ups come from. A wake-up
+/// of a call that woke every waiter (a broadcast, a close) is not passed
+/// on: every waiter it was meant for was woken, and the next one came
+/// later (a ConditionVariable waiter would return from a wait that stock
+/// never ends).
 pub fn enlisted<S, R>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
@@ -51,7 +55,7 @@ pub fn enlisted<S, R>(
         passed_on(
             &w.ruby(),
             e,
-            w.signaled(),
+            w.signaled() && !w.woken_by_all(),
             cell,
             list,
             end,
@@ -248,6 +252,10 @@ pub fn wake_n<S>(
     wake_from(cell, list, n, End::Oldest)
 }
 
+/// How many a wake-up call wakes: `usize::MAX` is every waiter (see
+/// `Waiter::signal_to_all`).
+pub const ALL: usize = usize::MAX;
+
 /// Which waiter a wake-up goes to.
 #[derive(Clone, Copy)]
 pub enum End {
@@ -273,7 +281,13 @@ fn wake_from<S>(
                 End::Oldest => l.pop_front(),
                 End::Newest => l.pop_back(),
             }
-            .map(Waiter::signal)
+            .map(|w| {
+                if n == ALL {
+                    w.signal_to_all()
+                } else {
+                    w.signal()
+                }
+            })
         });
         let Some(target) = target else {
             break;
@@ -285,7 +299,7 @@ fn wake_from<S>(
                 woken += 1;
                 if errors::is_jump(&e) {
                     // Wake the rest while the jump is pending.
-                    let rest = n - woken;
+                    let rest = if n == ALL { ALL } else { n - woken };
                     return Err(sys::cleanup_during_jump(&target.ruby(), e, || {
                         // The jump outranks whatever else fails here.
                         let _ = wake_from(cell, list, rest, end);
@@ -351,7 +365,8 @@ pub fn wake_plain<S>(
     while woken < n {
         let mut batch = [None; BATCH];
         let want = (n - woken).min(BATCH);
-        let (got, refused) = cell.with(|s| list(s).signal_front_plain(&mut batch[..want]));
+        let (got, refused) =
+            cell.with(|s| list(s).signal_front_plain(&mut batch[..want], n == ALL));
         for t in batch[..got].iter().flatten() {
             if t.wake_thread() {
                 woken += 1;
@@ -379,7 +394,7 @@ pub fn wake_newest<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> R
 
 /// Wakes every waiter on the list.
 pub fn wake_all<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Result<(), Error> {
-    wake_n(cell, list, usize::MAX).map(drop)
+    wake_n(cell, list, ALL).map(drop)
 }
 
 /// Converts a `timeout:` argument the way Ruby 3.2's Queue does

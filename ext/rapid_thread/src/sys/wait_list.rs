@@ -67,6 +67,9 @@ pub struct Waiter {
     /// Handed out by its list for a wake-up (not passed over): counted in
     /// the list's `in_flight` until it leaves.
     woken_here: Cell<bool>,
+    /// Woken by a call that woke every waiter of its list (a broadcast, a
+    /// close): such a wake-up is not passed on (`wait::enlisted`).
+    woken_by_all: Cell<bool>,
     thread: VALUE,
     fiber: VALUE,
     /// The fiber scheduler to unblock through, or nil.
@@ -131,6 +134,7 @@ impl Waiter {
             group: ptr::null(),
             list: Cell::new(ptr::null()),
             woken_here: Cell::new(false),
+            woken_by_all: Cell::new(false),
         }
     }
 
@@ -213,6 +217,12 @@ impl Waiter {
         unsafe { Ruby::get_unchecked() }
     }
 
+    /// Whether its wake-up came from a call that woke every waiter of its
+    /// list (see [`signal_to_all`](Self::signal_to_all)).
+    pub fn woken_by_all(&self) -> bool {
+        self.woken_by_all.get()
+    }
+
     pub fn set_sleeping(&self) {
         self.sleeping.set(true);
     }
@@ -222,6 +232,17 @@ impl Waiter {
     /// A member signals its group's head too (which list woke the group
     /// stays readable on the member).
     pub fn signal(&self) -> WakeTarget {
+        self.signal_in(false)
+    }
+
+    /// [`signal`](Self::signal), for one of the wake-ups of a call that
+    /// wakes every waiter of the list.
+    pub fn signal_to_all(&self) -> WakeTarget {
+        self.signal_in(true)
+    }
+
+    fn signal_in(&self, all: bool) -> WakeTarget {
+        self.woken_by_all.set(all);
         let head = self.head();
         head.wake_epoch
             .store(GVL_RELEASES.load(Ordering::Acquire), Ordering::Relaxed);
@@ -534,7 +555,8 @@ impl WaitList {
     /// For a waker that must not raise: signals up to `out.len()` of the
     /// longest waiters, stopping at one with a fiber scheduler (whose
     /// unblock hook runs Ruby code: it stays linked, for `pop_front`), and
-    /// stores how to wake each in `out`. One GVL check, one clock read and
+    /// stores how to wake each in `out` (`all`: the batch is part of a call
+    /// that wakes every waiter, see `Waiter::signal_to_all`). One GVL check, one clock read and
     /// one CPU read stamp the whole batch (per waiter they were about a
     /// quarter of a broadcast's instructions; docs/design-details.md,
     /// "Where condvar2's time goes on one CPU"). Returns how many it
@@ -542,6 +564,7 @@ impl WaitList {
     pub fn signal_front_plain(
         &mut self,
         out: &mut [Option<WakeTarget>],
+        all: bool,
     ) -> (usize, Option<HasScheduler>) {
         if self.head.is_null() {
             return (0, None);
@@ -556,7 +579,7 @@ impl WaitList {
             match self.next_out(true, |w| !w.has_scheduler()) {
                 Ok(Some(w)) => {
                     w.head().signaled_at.store(now, Ordering::Relaxed);
-                    out[n] = Some(w.signal());
+                    out[n] = Some(w.signal_in(all));
                     n += 1;
                 }
                 Ok(None) => break,
@@ -798,7 +821,7 @@ mod tests {
     /// whether it stopped at a waiter with a fiber scheduler.
     fn signal_plain(cell: &GvlCell<WaitList>, room: usize) -> (Vec<VALUE>, bool) {
         let mut out = vec![None; room];
-        let (n, refused) = cell.with(|l| l.signal_front_plain(&mut out));
+        let (n, refused) = cell.with(|l| l.signal_front_plain(&mut out, false));
         let ids = out.iter().flatten().map(|t| t.thread).collect::<Vec<_>>();
         assert_eq!(ids.len(), n);
         (ids, refused.is_some())
