@@ -95,9 +95,10 @@ class SpinPolicyTest < Minitest::Test
   end
 
   # A process whose calm waits are a small share of its waits (most sleep
-  # in Ruby) never installs Ruby's suspension hook for deferred wake-ups
-  # (sys/park.rs, CALM_WINDOW): on vm_thread_condvar2 the hook cost more
-  # than it saved. On Ruby 3.3+ those calm waits sleep in Ruby (a park
+  # in Ruby: here a crowd woken one signal at a time) never installs Ruby's
+  # suspension hook for deferred wake-ups (sys/park.rs, CALM_WINDOW): on
+  # vm_thread_condvar2, before its broadcasts were relayed, the hook cost
+  # more than it saved. On Ruby 3.3+ those calm waits sleep in Ruby (a park
   # that does not defer cost condvar2 more than Ruby's sleep); Ruby 3.1
   # and 3.2 park them with the batch policy.
   def test_a_process_whose_waits_mostly_sleep_in_ruby_does_not_defer
@@ -110,6 +111,40 @@ class SpinPolicyTest < Minitest::Test
       assert_operator batch, :>, 200
     else
       assert_equal [0, 0], [batch, parks]
+    end
+  end
+
+  # A broadcast's parked waiters on one CPU are woken in turn, each as the
+  # one before it gives up the GVL (sys/park.rs, relayed wake-ups; Ruby
+  # 3.3+): in vm_thread_condvar2's shape, nine of ten a round, no park runs
+  # out its limit, and a round of eleven hand-offs makes about 13 context
+  # switches where Ruby's sleep made 27. Ruby 3.1 and 3.2 relay nothing.
+  def test_a_broadcast_relays_its_parked_waiters_on_one_cpu
+    skip "the portable build does not park" unless PARKS
+    skip "M:N threads: a Ruby thread's native thread may change" if ENV["RUBY_MN_THREADS"] == "1"
+    relayed, timeouts, switches = child_output("spin_policy/a_broadcast_relays_its_parked_waiters_on_one_cpu", cpu: 0)
+                                  .lines.map { |l| Integer(l) }
+    if RUBY_VERSION < "3.3"
+      assert_equal 0, relayed
+    else
+      assert_equal [2700, 0], [relayed, timeouts]
+      assert_operator switches, :<, 18
+    end
+  end
+
+  # The relay goes on when the broadcaster then sleeps in Ruby (Ruby's
+  # suspension hook wakes the first relayed waiter) and when a relayed
+  # waiter is killed in its park: no park runs out its limit.
+  def test_a_relay_goes_on_past_a_killed_waiter_and_a_waker_asleep_in_ruby
+    skip "the portable build does not park" unless PARKS
+    skip "M:N threads: a Ruby thread's native thread may change" if ENV["RUBY_MN_THREADS"] == "1"
+    relayed, timeouts = child_output("spin_policy/a_relay_goes_on_past_a_killed_waiter_and_a_waker_asleep_in_ruby", cpu: 0)
+                        .lines.map { |l| Integer(l) }
+    if RUBY_VERSION < "3.3"
+      assert_equal 0, relayed
+    else
+      assert_operator relayed, :>=, 150 * 9 + 150 * 8
+      assert_equal 0, timeouts
     end
   end
 

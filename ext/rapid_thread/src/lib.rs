@@ -27,6 +27,8 @@ fn spin_stats(ruby: &Ruby) -> Result<RHash, Error> {
     h.aset(ruby.to_symbol("parks"), s.parks)?;
     h.aset(ruby.to_symbol("spin_parks"), s.spin_parks)?;
     h.aset(ruby.to_symbol("quiet"), s.quiet)?;
+    h.aset(ruby.to_symbol("relayed"), s.relayed)?;
+    h.aset(ruby.to_symbol("park_timeouts"), s.park_timeouts)?;
     Ok(h)
 }
 

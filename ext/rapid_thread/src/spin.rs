@@ -51,8 +51,10 @@
 //! (`sys::park`; with one CPU, on a calm list, `sys::WaitList::calm`). On
 //! a busy machine only where the wake-up will come from the waiter's own
 //! CPU (see [`plan`]), and there on Ruby 3.1/3.2 only; on 3.3+ only with
-//! one CPU and a calm list (see `parking_allowed`), and only once a calm
-//! window has passed (`sys::calm_park_pays`).
+//! one CPU and a calm list (see `parking_allowed`; a list whose last
+//! wake-up was a broadcast counts as calm there, its parked waiters woken
+//! in turn: `sys::park`, relayed wake-ups), and only once a calm window
+//! has passed (`sys::calm_park_pays`).
 //!
 //! A spin that ends without its wake-up parks too, on every Ruby, for at
 //! most [`PARK_LIMIT`] (`Budget::park`; not in the portable build, which
@@ -552,6 +554,11 @@ pub struct Stats {
     pub spin_parks: u64,
     /// Whether waits are in a quiet period now.
     pub quiet: bool,
+    /// Wake-ups of a broadcast's parked waiters relayed by the end of a
+    /// park (`sys::park`, relayed wake-ups).
+    pub relayed: u64,
+    /// Parks that ran out their limit unwoken (`sys::park_timeouts`).
+    pub park_timeouts: u64,
 }
 
 pub fn stats() -> Stats {
@@ -561,6 +568,8 @@ pub fn stats() -> Stats {
         parks: PARKS.load(Ordering::Relaxed),
         spin_parks: SPIN_PARKS.load(Ordering::Relaxed),
         quiet: quiet(),
+        relayed: sys::relayed_wake_ups(),
+        park_timeouts: sys::park_timeouts(),
     }
 }
 

@@ -162,7 +162,10 @@ pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Step {
     if w.signaled() {
         return Step::Done;
     }
-    let (wake, cpu, calm) = (w.list_last_wake(), w.list_last_wake_cpu(), w.list_calm());
+    // A broadcast list's waits count as calm where they may be relayed
+    // (sys::park, `RELAY`).
+    let calm = w.list_calm() || (w.list_relayed() && sys::relay_possible());
+    let (wake, cpu) = (w.list_last_wake(), w.list_last_wake_cpu());
     match spin::plan(wake, cpu, calm, deadline, || sys::thread_alone(&w.ruby())) {
         Some(plan) => Step::Plan(plan),
         None => Step::Sleep,
@@ -362,11 +365,14 @@ pub fn wake_plain<S>(
     // next is taken; a dead thread's wake-up goes to the next waiter.
     const BATCH: usize = 16;
     let mut woken = 0;
+    // Its parked waiters are relayed (sys::park, `RELAY`).
+    let mut relay = sys::Relay::default();
     while woken < n {
         let mut batch = [None; BATCH];
         let want = (n - woken).min(BATCH);
-        let (got, refused) =
-            cell.with(|s| list(s).signal_front_plain(&mut batch[..want], n == ALL));
+        let (got, refused) = cell.with(|s| {
+            list(s).signal_front_plain(&mut batch[..want], (n == ALL).then_some(&mut relay))
+        });
         for t in batch[..got].iter().flatten() {
             if t.wake_thread() {
                 woken += 1;

@@ -1,7 +1,9 @@
-# vm_thread_condvar2's shape, small, on one CPU (the test pins it): ten
-# threads wait on one condition variable, a crowded list whose waits sleep
-# in Ruby, and the main thread on another, a calm list of one, woken by the
-# last of the ten to arrive. Main's waits are calm, but they are one wait
+# vm_thread_condvar2's shape, small, on one CPU (the test pins it), but
+# with the crowd woken one signal at a time: ten threads wait on one
+# condition variable, a crowded list whose waits sleep in Ruby (woken by
+# broadcasts instead, they park to be relayed: sys/park.rs, relayed
+# wake-ups), and the main thread on another, a calm list of one, woken by
+# the last of the ten to arrive. Main's waits are calm, but they are one wait
 # in eleven: on Ruby 3.3+ the process never defers their wake-ups
 # (sys/park.rs, CALM_WINDOW), whose hook would cost every GVL event more
 # than the deferral saves, and a park that does not defer costs more than
@@ -44,7 +46,7 @@ m.synchronize do
     parks_before = RapidThread.spin_stats[:parks] if i == rounds - 300
     last_in.wait(m) until waiting == n
     waiting = 0
-    crowd.broadcast
+    n.times { crowd.signal }
   end
 end
 parks = RapidThread.spin_stats[:parks] - parks_before

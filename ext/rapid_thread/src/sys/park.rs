@@ -20,7 +20,7 @@
 #[cfg(ruby_thread_event_hooks)]
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 #[cfg(ruby_thread_event_hooks)]
@@ -94,29 +94,165 @@ thread_local! {
 
 /// Sets a parked waiter's word and wakes it, or leaves the wake-up to the
 /// moment this thread gives up the GVL if the waiter's park asked so
-/// (`Waiter::deferred`). GVL held.
-pub(super) fn wake_parked(w: &Waiter) {
+/// (`Waiter::deferred`). Within a broadcast (`relay`), the parked waiters
+/// after the first that defer are relayed instead ([`RELAY`]). GVL held.
+pub(super) fn wake_parked(w: &Waiter, relay: Option<&mut Relay>) {
     w.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
-    if !(w.deferred.get() && defer_wake(&w.park_word)) {
-        futex_wake(&w.park_word, 1);
+    if w.deferred.get() {
+        if let Some(r) = relay {
+            if r.started && queue_relay(w.park_word.as_ptr() as usize) {
+                return;
+            }
+            r.started = true;
+        }
+        if defer_wake(w.park_word.as_ptr() as usize) {
+            return;
+        }
     }
+    futex_wake(&w.park_word, 1);
 }
 
-/// Keeps `word` to wake later; false if the slots are full.
+/// Keeps the futex word at `addr` to wake later; false if the slots are
+/// full.
 #[cfg(ruby_thread_event_hooks)]
-fn defer_wake(word: &AtomicU32) -> bool {
+fn defer_wake(addr: usize) -> bool {
     DEFERRED.with(|slots| {
         slots
             .iter()
             .find(|s| s.get() == 0)
-            .map(|s| s.set(word.as_ptr() as usize))
+            .map(|s| s.set(addr))
             .is_some()
     })
 }
 
 /// Before Ruby 3.3 no park asks to defer (`deferring`).
 #[cfg(not(ruby_thread_event_hooks))]
-fn defer_wake(_: &AtomicU32) -> bool {
+fn defer_wake(_: usize) -> bool {
+    false
+}
+
+// Relayed wake-ups (Ruby 3.3+, where wake-ups are deferred). A broadcast
+// on one CPU woke all its parked waiters at once, and each ran only to
+// find the GVL taken and queue for it: about 2.4 context switches per
+// hand-off on vm_thread_condvar2 pinned, as stock's sleep makes. Now the
+// broadcast sets every waiter's word, defers the first one's wake-up as
+// any calm park's, and queues the others' words here, in order; every
+// park that ends (`park_without_gvl`, GVL held) takes the next word and
+// defers its wake-up in turn, so each relayed waiter runs when the one
+// before it gives up the GVL and finds it free, as in a ping-pong.
+// Nothing waits on the relay alone: every word was set under the GVL at
+// the broadcast, and a park ends by itself within its limit (10 ms).
+// Every relayed waiter's park takes one word when it ends, however it
+// ends, so the queue empties as they go on; a word whose waiter went on
+// first (its limit) gets a FUTEX_WAKE that is spurious, as a deferred
+// one can be (see above). Only waits on a list whose last wake-up was a
+// broadcast of two or more (`WaitList::relayed`) park for it, and only
+// where their wake-ups are deferred (`relay_possible`); elsewhere a
+// crowded list's waits sleep in Ruby.
+
+/// One broadcast's wake-ups (see `RELAY`): the first of its parked waiters
+/// that defers is woken as any other, the rest are relayed.
+#[derive(Default)]
+pub struct Relay {
+    started: bool,
+}
+
+/// The relayed futex words, oldest first, of the fork generation `gen`
+/// (a child has none of its parent's waiters).
+#[cfg(ruby_thread_event_hooks)]
+struct RelayQueue {
+    gen: u64,
+    words: std::collections::VecDeque<usize>,
+}
+
+#[cfg(ruby_thread_event_hooks)]
+static RELAY: GvlStatic<RelayQueue> = GvlStatic::new(RelayQueue {
+    gen: 0,
+    words: std::collections::VecDeque::new(),
+});
+
+/// Whether `RELAY` may hold a word: every park's end looks here first,
+/// without the GVL check that `RELAY` costs.
+#[cfg(ruby_thread_event_hooks)]
+static RELAY_QUEUED: AtomicBool = AtomicBool::new(false);
+
+/// How many wake-ups a park's end relayed (`RapidThread.spin_stats`).
+static RELAYED: AtomicU64 = AtomicU64::new(0);
+
+pub fn relayed_wake_ups() -> u64 {
+    RELAYED.load(Ordering::Relaxed)
+}
+
+/// How many parks (or spins' parks) ran out their limit unwoken
+/// (`RapidThread.spin_stats`): their waiter went on to Ruby's sleep, or
+/// found its wake-up by itself (a deferred or relayed one came late).
+static PARK_TIMEOUTS: AtomicU64 = AtomicU64::new(0);
+
+pub fn park_timeouts() -> u64 {
+    PARK_TIMEOUTS.load(Ordering::Relaxed)
+}
+
+/// Queues the futex word at `addr` on the relay. GVL held.
+#[cfg(ruby_thread_event_hooks)]
+fn queue_relay(addr: usize) -> bool {
+    RELAY.with(|q| {
+        let gen = fork_generation();
+        if q.gen != gen {
+            q.gen = gen;
+            q.words.clear();
+        }
+        q.words.push_back(addr);
+    });
+    RELAY_QUEUED.store(true, Ordering::Relaxed);
+    true
+}
+
+/// Before Ruby 3.3 nothing defers, so nothing is relayed.
+#[cfg(not(ruby_thread_event_hooks))]
+fn queue_relay(_: usize) -> bool {
+    false
+}
+
+/// At the end of a park (GVL held): defers the wake-up of the next relayed
+/// waiter until this thread gives up the GVL (or wakes it now if the
+/// slots are full).
+#[cfg(ruby_thread_event_hooks)]
+fn relay_next() {
+    if !RELAY_QUEUED.load(Ordering::Relaxed) {
+        return;
+    }
+    let next = RELAY.with(|q| {
+        let next = if q.gen == fork_generation() {
+            q.words.pop_front()
+        } else {
+            q.words.clear();
+            None
+        };
+        RELAY_QUEUED.store(!q.words.is_empty(), Ordering::Relaxed);
+        next
+    });
+    if let Some(addr) = next {
+        RELAYED.fetch_add(1, Ordering::Relaxed);
+        if !defer_wake(addr) {
+            futex_wake_key(addr);
+        }
+    }
+}
+
+#[cfg(not(ruby_thread_event_hooks))]
+#[inline(always)]
+fn relay_next() {}
+
+/// Whether a wait on a list whose last wake-up was a broadcast
+/// (`WaitList::relayed`) may park to be relayed: where wake-ups are
+/// deferred or may yet be (not under M:N threads).
+#[cfg(ruby_thread_event_hooks)]
+pub fn relay_possible() -> bool {
+    defer_state::STATE.load(Ordering::Relaxed) != defer_state::OFF
+}
+
+#[cfg(not(ruby_thread_event_hooks))]
+pub fn relay_possible() -> bool {
     false
 }
 
@@ -337,6 +473,7 @@ fn sleep_on_word(w: &Waiter, limit: Duration) {
     while w.park_word.load(Ordering::SeqCst) == 0 {
         let spent = start.elapsed();
         if spent >= limit {
+            PARK_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
             break;
         }
         futex_wait(&w.park_word, 0, Some(limit - spent));
@@ -392,6 +529,9 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) -> Result<(), E
     let calm = match calm {
         false => Calm::No,
         true if deferring(&w.ruby())? => Calm::Deferred,
+        // A broadcast list's wait parks only to be relayed, which needs
+        // deferred wake-ups (under M:N threads it sleeps in Ruby).
+        true if w.list_relayed() && !w.list_calm() => return Ok(()),
         true => Calm::Batch,
     };
     // Under the GVL, as the waker reads it: set from before the GVL is
@@ -410,6 +550,7 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) -> Result<(), E
     };
     w.deferred.set(false);
     w.parked.set(false);
+    relay_next();
     // Its list judges how soon a woken parked waiter went on (a park that
     // timed out says nothing of that).
     w.parked_first.set(w.signaled());

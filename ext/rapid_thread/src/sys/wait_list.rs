@@ -61,6 +61,9 @@ pub struct Waiter {
     /// Whether its list (every list of a group) was calm when it entered
     /// (`WaitList::calm`).
     list_calm: Cell<bool>,
+    /// Whether its list's last wake-up was a broadcast when it entered
+    /// (`WaitList::relayed`).
+    list_relayed: Cell<bool>,
     /// The list it is enlisted on (`enter`): `leave` must be called on that
     /// one, at that address (see `leave`).
     list: Cell<*const WaitList>,
@@ -127,6 +130,7 @@ impl Waiter {
             list_last_wake: Cell::new(0),
             list_last_wake_cpu: Cell::new(-1),
             list_calm: Cell::new(true),
+            list_relayed: Cell::new(false),
             thread,
             fiber,
             scheduler,
@@ -206,6 +210,12 @@ impl Waiter {
         self.list_calm.get()
     }
 
+    /// Whether its list's last wake-up was a broadcast when it entered
+    /// (`WaitList::relayed`).
+    pub fn list_relayed(&self) -> bool {
+        self.list_relayed.get()
+    }
+
     /// A handle to Ruby's API for the waiter's code: a waiter is made only
     /// on a thread holding the main Ractor's GVL (`current` checks), is
     /// not Send, reaches another thread only through a list's hand-out
@@ -232,16 +242,18 @@ impl Waiter {
     /// A member signals its group's head too (which list woke the group
     /// stays readable on the member).
     pub fn signal(&self) -> WakeTarget {
-        self.signal_in(false)
+        self.signal_in(false, None)
     }
 
     /// [`signal`](Self::signal), for one of the wake-ups of a call that
     /// wakes every waiter of the list.
     pub fn signal_to_all(&self) -> WakeTarget {
-        self.signal_in(true)
+        self.signal_in(true, None)
     }
 
-    fn signal_in(&self, all: bool) -> WakeTarget {
+    /// `all`: see [`signal_to_all`](Self::signal_to_all); `relay`: that
+    /// call's relay (sys::park, relayed wake-ups), if it has one.
+    fn signal_in(&self, all: bool, relay: Option<&mut Relay>) -> WakeTarget {
         self.woken_by_all.set(all);
         let head = self.head();
         head.wake_epoch
@@ -259,7 +271,7 @@ impl Waiter {
         // this thread gives up the GVL (`wake_parked`). Other waiters cost
         // two flag reads.
         if head.parked.get() || head.parking.load(Ordering::SeqCst) {
-            wake_parked(head);
+            wake_parked(head, relay);
         }
         WakeTarget {
             thread: head.thread,
@@ -371,6 +383,11 @@ pub struct WaitList {
     /// [`PROMPT_HANDOFF_NS`] after their signal, in 65536ths, a moving
     /// average over about the last 32 (fine enough to decay to 0).
     late_share: u32,
+    /// Whether its last wake-up call that handed out a waiter was a
+    /// broadcast that handed out two or more (`signal_front_plain`; a
+    /// signal clears it). Waits on it may park to be relayed (sys::park,
+    /// `RELAY`), although it is crowded.
+    relayed: bool,
 }
 
 /// A woken waiter that went on (took the GVL, its mutex) within this long
@@ -422,6 +439,7 @@ impl WaitList {
             last_wake_cpu: -1,
             crowded: false,
             late_share: 0,
+            relayed: false,
         }
     }
 
@@ -433,7 +451,8 @@ impl WaitList {
     /// parked waiter of a calm list need not preempt its waker
     /// (sys::park). On Ruby 3.3+ only a calm list's waits park
     /// (crate::spin), so a list found not calm stays so: its waits sleep
-    /// in Ruby, as before parking there.
+    /// in Ruby, as before parking there, unless its wake-ups come as
+    /// broadcasts (`relayed`).
     pub fn calm(&self) -> bool {
         !self.crowded && self.late_share < 16384
     }
@@ -508,6 +527,7 @@ impl WaitList {
         self.crowded |= self.linked > 1;
         let calm = self.calm();
         w.list_calm.set(calm);
+        w.list_relayed.set(self.relayed);
         // A group is as active as the most active of its lists, and calm
         // only if all are.
         let head = w.head();
@@ -555,8 +575,10 @@ impl WaitList {
     /// For a waker that must not raise: signals up to `out.len()` of the
     /// longest waiters, stopping at one with a fiber scheduler (whose
     /// unblock hook runs Ruby code: it stays linked, for `pop_front`), and
-    /// stores how to wake each in `out` (`all`: the batch is part of a call
-    /// that wakes every waiter, see `Waiter::signal_to_all`). One GVL check, one clock read and
+    /// stores how to wake each in `out`. With a `relay`, the batch is part
+    /// of a call that wakes every waiter (a broadcast: see
+    /// `Waiter::signal_to_all`), whose parked waiters are relayed
+    /// (sys::park). One GVL check, one clock read and
     /// one CPU read stamp the whole batch (per waiter they were about a
     /// quarter of a broadcast's instructions; docs/design-details.md,
     /// "Where condvar2's time goes on one CPU"). Returns how many it
@@ -564,7 +586,7 @@ impl WaitList {
     pub fn signal_front_plain(
         &mut self,
         out: &mut [Option<WakeTarget>],
-        all: bool,
+        relay: Option<&mut Relay>,
     ) -> (usize, Option<HasScheduler>) {
         if self.head.is_null() {
             return (0, None);
@@ -573,13 +595,15 @@ impl WaitList {
         #[cfg(not(test))]
         check_main_gvl();
         let (now, cpu) = (monotonic_ns(), waker_cpu());
+        let all = relay.is_some();
+        let mut relay = relay;
         let mut n = 0;
         let mut refused = None;
         while n < out.len() {
             match self.next_out(true, |w| !w.has_scheduler()) {
                 Ok(Some(w)) => {
                     w.head().signaled_at.store(now, Ordering::Relaxed);
-                    out[n] = Some(w.signal_in(all));
+                    out[n] = Some(w.signal_in(all, relay.as_deref_mut()));
                     n += 1;
                 }
                 Ok(None) => break,
@@ -591,6 +615,13 @@ impl WaitList {
         }
         if n > 0 {
             self.stamp_last_wake(now, cpu);
+        }
+        // A signal clears it; a broadcast's later batches, or one that
+        // found a single waiter, leave it as it was.
+        if all && n >= 2 {
+            self.relayed = true;
+        } else if !all && n == 1 {
+            self.relayed = false;
         }
         (n, refused)
     }
@@ -821,7 +852,7 @@ mod tests {
     /// whether it stopped at a waiter with a fiber scheduler.
     fn signal_plain(cell: &GvlCell<WaitList>, room: usize) -> (Vec<VALUE>, bool) {
         let mut out = vec![None; room];
-        let (n, refused) = cell.with(|l| l.signal_front_plain(&mut out, false));
+        let (n, refused) = cell.with(|l| l.signal_front_plain(&mut out, None));
         let ids = out.iter().flatten().map(|t| t.thread).collect::<Vec<_>>();
         assert_eq!(ids.len(), n);
         (ids, refused.is_some())
