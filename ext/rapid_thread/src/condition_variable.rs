@@ -170,7 +170,7 @@ fn signal(rb_self: Value) -> Result<Value, Error> {
 }
 
 fn broadcast(rb_self: Value) -> Result<Value, Error> {
-    wait::wake_all(&ConditionVariable::get(&rb_self)?.state, waiters)?;
+    wait::broadcast(&ConditionVariable::get(&rb_self)?.state, waiters)?;
     Ok(rb_self)
 }
 

@@ -36,11 +36,12 @@ use crate::sys::{self, GvlCell, WaitList, Waiter};
 /// kill, ...) hands its wake-up to the next waiter when `worth_passing_on`
 /// says there is still something to take; stock loses such a wake-up and
 /// can leave an item stranded while another thread sleeps. The next waiter
-/// is taken from `end`, the end the list's wake-ups come from. A wake-up
-/// of a call that woke every waiter (a broadcast, a close) is not passed
-/// on: every waiter it was meant for was woken, and the next one came
-/// later (a ConditionVariable waiter would return from a wait that stock
-/// never ends).
+/// is taken from `end`, the end the list's wake-ups come from. A
+/// ConditionVariable#broadcast's wake-up ([`broadcast`]) is not passed on:
+/// every waiter it was meant for was woken, and the next one came later,
+/// and would return from a wait that stock never ends (other waits
+/// re-check what they wait for, and a wake-up of every waiter passed on
+/// costs them a look).
 pub fn enlisted<S, R>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
@@ -55,7 +56,7 @@ pub fn enlisted<S, R>(
         passed_on(
             &w.ruby(),
             e,
-            w.signaled() && !w.woken_by_all(),
+            w.signaled() && !w.woken_by_broadcast(),
             cell,
             list,
             end,
@@ -126,7 +127,7 @@ fn passed_on<S>(
     worth_passing_on: fn(&mut S) -> bool,
 ) -> Error {
     if woken && cell.with(worth_passing_on) {
-        after_error(ruby, e, || wake_from(cell, list, 1, end).map(drop))
+        after_error(ruby, e, || wake_from(cell, list, 1, end, false).map(drop))
     } else {
         e
     }
@@ -252,11 +253,10 @@ pub fn wake_n<S>(
     list: fn(&mut S) -> &mut WaitList,
     n: usize,
 ) -> Result<usize, Error> {
-    wake_from(cell, list, n, End::Oldest)
+    wake_from(cell, list, n, End::Oldest, false)
 }
 
-/// How many a wake-up call wakes: `usize::MAX` is every waiter (see
-/// `Waiter::signal_to_all`).
+/// How many a wake-up call wakes: `usize::MAX` is every waiter.
 pub const ALL: usize = usize::MAX;
 
 /// Which waiter a wake-up goes to.
@@ -269,11 +269,13 @@ pub enum End {
 }
 
 /// `wake_n` from either end of the list (see `End`).
+/// `broadcast`: a ConditionVariable#broadcast's (see `Waiter::signal_for_broadcast`).
 fn wake_from<S>(
     cell: &GvlCell<S>,
     list: fn(&mut S) -> &mut WaitList,
     n: usize,
     end: End,
+    broadcast: bool,
 ) -> Result<usize, Error> {
     let mut woken = 0;
     let mut first_err: Option<Error> = None;
@@ -285,8 +287,8 @@ fn wake_from<S>(
                 End::Newest => l.pop_back(),
             }
             .map(|w| {
-                if n == ALL {
-                    w.signal_to_all()
+                if broadcast {
+                    w.signal_for_broadcast()
                 } else {
                     w.signal()
                 }
@@ -305,7 +307,7 @@ fn wake_from<S>(
                     let rest = if n == ALL { ALL } else { n - woken };
                     return Err(sys::cleanup_during_jump(&target.ruby(), e, || {
                         // The jump outranks whatever else fails here.
-                        let _ = wake_from(cell, list, rest, end);
+                        let _ = wake_from(cell, list, rest, end, broadcast);
                     }));
                 }
                 // `fatal` (a deadlock found meanwhile) outranks an
@@ -351,7 +353,8 @@ pub fn after_error(ruby: &Ruby, e: Error, next: impl FnOnce() -> Result<(), Erro
     }
 }
 
-/// `wake_n` for a method's hot path, which may not raise: wakes up to
+/// `wake_n` for ConditionVariable#signal's (`n` 1) and #broadcast's (`n`
+/// [`ALL`], see [`broadcast`]) hot path, which may not raise: wakes up to
 /// `n` of the longest waiters as long as each blocks without a fiber
 /// scheduler (a thread's wake-up calls nothing that can raise). Returns
 /// how many it woke, or `None` once the next waiter has a scheduler (it
@@ -365,7 +368,7 @@ pub fn wake_plain<S>(
     // next is taken; a dead thread's wake-up goes to the next waiter.
     const BATCH: usize = 16;
     let mut woken = 0;
-    // Its parked waiters are relayed (sys::park, `RELAY`).
+    // A broadcast's parked waiters are relayed (sys::park, `RELAY`).
     let mut relay = sys::Relay::default();
     while woken < n {
         let mut batch = [None; BATCH];
@@ -395,7 +398,13 @@ pub fn wake_one<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Resu
 
 /// Wakes the waiter that enlisted last (see `End::Newest`).
 pub fn wake_newest<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Result<(), Error> {
-    wake_from(cell, list, 1, End::Newest).map(drop)
+    wake_from(cell, list, 1, End::Newest, false).map(drop)
+}
+
+/// ConditionVariable#broadcast: wakes every waiter on the list; a waiter
+/// that then leaves with an error passes nothing on (see `enlisted`).
+pub fn broadcast<S>(cell: &GvlCell<S>, list: fn(&mut S) -> &mut WaitList) -> Result<(), Error> {
+    wake_from(cell, list, ALL, End::Oldest, true).map(drop)
 }
 
 /// Wakes every waiter on the list.

@@ -70,9 +70,9 @@ pub struct Waiter {
     /// Handed out by its list for a wake-up (not passed over): counted in
     /// the list's `in_flight` until it leaves.
     woken_here: Cell<bool>,
-    /// Woken by a call that woke every waiter of its list (a broadcast, a
-    /// close): such a wake-up is not passed on (`wait::enlisted`).
-    woken_by_all: Cell<bool>,
+    /// Woken by a ConditionVariable#broadcast: such a wake-up is not passed
+    /// on (`wait::enlisted`).
+    woken_by_broadcast: Cell<bool>,
     thread: VALUE,
     fiber: VALUE,
     /// The fiber scheduler to unblock through, or nil.
@@ -138,7 +138,7 @@ impl Waiter {
             group: ptr::null(),
             list: Cell::new(ptr::null()),
             woken_here: Cell::new(false),
-            woken_by_all: Cell::new(false),
+            woken_by_broadcast: Cell::new(false),
         }
     }
 
@@ -227,10 +227,10 @@ impl Waiter {
         unsafe { Ruby::get_unchecked() }
     }
 
-    /// Whether its wake-up came from a call that woke every waiter of its
-    /// list (see [`signal_to_all`](Self::signal_to_all)).
-    pub fn woken_by_all(&self) -> bool {
-        self.woken_by_all.get()
+    /// Whether its wake-up came from a ConditionVariable#broadcast (see
+    /// [`signal_for_broadcast`](Self::signal_for_broadcast)).
+    pub fn woken_by_broadcast(&self) -> bool {
+        self.woken_by_broadcast.get()
     }
 
     pub fn set_sleeping(&self) {
@@ -245,16 +245,18 @@ impl Waiter {
         self.signal_in(false, None)
     }
 
-    /// [`signal`](Self::signal), for one of the wake-ups of a call that
-    /// wakes every waiter of the list.
-    pub fn signal_to_all(&self) -> WakeTarget {
+    /// [`signal`](Self::signal), for one of a ConditionVariable#broadcast's
+    /// wake-ups, which a waiter that leaves with an error does not pass on
+    /// (`wait::enlisted`).
+    pub fn signal_for_broadcast(&self) -> WakeTarget {
         self.signal_in(true, None)
     }
 
-    /// `all`: see [`signal_to_all`](Self::signal_to_all); `relay`: that
-    /// call's relay (sys::park, relayed wake-ups), if it has one.
-    fn signal_in(&self, all: bool, relay: Option<&mut Relay>) -> WakeTarget {
-        self.woken_by_all.set(all);
+    /// `broadcast`: see [`signal_for_broadcast`](Self::signal_for_broadcast);
+    /// `relay`: the broadcast's relay (sys::park, relayed wake-ups), if it
+    /// has one.
+    fn signal_in(&self, broadcast: bool, relay: Option<&mut Relay>) -> WakeTarget {
+        self.woken_by_broadcast.set(broadcast);
         let head = self.head();
         head.wake_epoch
             .store(GVL_RELEASES.load(Ordering::Acquire), Ordering::Relaxed);
@@ -576,8 +578,8 @@ impl WaitList {
     /// longest waiters, stopping at one with a fiber scheduler (whose
     /// unblock hook runs Ruby code: it stays linked, for `pop_front`), and
     /// stores how to wake each in `out`. With a `relay`, the batch is part
-    /// of a call that wakes every waiter (a broadcast: see
-    /// `Waiter::signal_to_all`), whose parked waiters are relayed
+    /// of a ConditionVariable#broadcast (see
+    /// `Waiter::signal_for_broadcast`), whose parked waiters are relayed
     /// (sys::park). One GVL check, one clock read and
     /// one CPU read stamp the whole batch (per waiter they were about a
     /// quarter of a broadcast's instructions; docs/design-details.md,
@@ -595,7 +597,7 @@ impl WaitList {
         #[cfg(not(test))]
         check_main_gvl();
         let (now, cpu) = (monotonic_ns(), waker_cpu());
-        let all = relay.is_some();
+        let broadcast = relay.is_some();
         let mut relay = relay;
         let mut n = 0;
         let mut refused = None;
@@ -603,7 +605,7 @@ impl WaitList {
             match self.next_out(true, |w| !w.has_scheduler()) {
                 Ok(Some(w)) => {
                     w.head().signaled_at.store(now, Ordering::Relaxed);
-                    out[n] = Some(w.signal_in(all, relay.as_deref_mut()));
+                    out[n] = Some(w.signal_in(broadcast, relay.as_deref_mut()));
                     n += 1;
                 }
                 Ok(None) => break,
@@ -618,9 +620,9 @@ impl WaitList {
         }
         // A signal clears it; a broadcast's later batches, or one that
         // found a single waiter, leave it as it was.
-        if all && n >= 2 {
+        if broadcast && n >= 2 {
             self.relayed = true;
-        } else if !all && n == 1 {
+        } else if !broadcast && n == 1 {
             self.relayed = false;
         }
         (n, refused)
