@@ -82,8 +82,8 @@ mod imp {
 
     /// Sleeps while `word` holds `expected`, for at most `timeout` (None:
     /// no limit). Returns early on a wake-up, a signal (EINTR), or
-    /// spuriously: callers re-check.
-    pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    /// spuriously: callers re-check. True if it slept until `timeout`.
+    pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
         let ts = timeout.map(|d| libc::timespec {
             tv_sec: d.as_secs().min(i32::MAX as u64) as libc::time_t,
             tv_nsec: d.subsec_nanos() as libc::c_long,
@@ -93,15 +93,16 @@ mod imp {
             .map_or(std::ptr::null(), |t| t as *const libc::timespec);
         // SAFETY: `word` and `ts` outlive the call; FUTEX_WAIT only reads
         // them (EINTR, EAGAIN and ETIMEDOUT are all "re-check").
-        unsafe {
+        let r = unsafe {
             libc::syscall(
                 libc::SYS_futex,
                 word.as_ptr(),
                 libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
                 expected,
                 ts_ptr,
-            );
-        }
+            )
+        };
+        r == -1 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ETIMEDOUT)
     }
 
     /// Wakes up to `n` threads sleeping on `word`. A plain system call:
@@ -307,17 +308,22 @@ mod imp {
 
     /// As Linux's: sleeps while `word` holds `expected`, for at most
     /// `timeout` and at most [`SLICE`]; may return early or spuriously.
-    pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) {
+    pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Option<Duration>) -> bool {
         let b = bucket(word);
         let guard = b.lock.lock().unwrap_or_else(|e| e.into_inner());
         // Looked at under the bucket's lock, which a waker takes after it
         // changed the word: a change before the look is seen, one after
         // it comes with a notify this wait receives.
         if word.load(Ordering::SeqCst) != expected {
-            return;
+            return false;
         }
         let limit = timeout.map_or(SLICE, |t| t.min(SLICE));
-        let _ = b.cond.wait_timeout(guard, limit);
+        let (guard, r) = b
+            .cond
+            .wait_timeout(guard, limit)
+            .unwrap_or_else(|e| e.into_inner());
+        drop(guard);
+        r.timed_out() && timeout.is_some_and(|t| t <= SLICE)
     }
 
     /// Wakes the threads sleeping on `word` (every sleeper of its bucket:

@@ -480,18 +480,17 @@ fn sleep_on_word(w: &Waiter, limit: Duration) {
     // The waker sets the word before it wakes the futex, and the unblock
     // function too, so a wake-up or interrupt that lands between the look
     // at the word and FUTEX_WAIT makes it return at once.
-    let mut slept = false;
+    let mut ran_out = false;
     while w.park_word.load(Ordering::SeqCst) == 0 {
         let spent = start.elapsed();
         if spent >= limit {
             break;
         }
-        futex_wait(&w.park_word, 0, Some(limit - spent));
-        slept = true;
+        ran_out = futex_wait(&w.park_word, 0, Some(limit - spent));
     }
     // A relayed or deferred word is set before its wake-up comes: the
-    // wait that saw it set may have run out its limit all the same.
-    if slept && start.elapsed() >= limit {
+    // wait that then finds it set may have run out its limit all the same.
+    if ran_out {
         PARK_TIMEOUTS.fetch_add(1, Ordering::Relaxed);
     }
 }
