@@ -557,7 +557,8 @@ pub struct Stats {
     /// Wake-ups of a broadcast's parked waiters relayed by the end of a
     /// park (`sys::park`, relayed wake-ups).
     pub relayed: u64,
-    /// Parks that ran out their limit unwoken (`sys::park_timeouts`).
+    /// Parks that ran out their limit before their wake-up came
+    /// (`sys::park_timeouts`).
     pub park_timeouts: u64,
 }
 

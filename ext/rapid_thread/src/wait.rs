@@ -304,7 +304,7 @@ fn wake_from<S>(
                 woken += 1;
                 if errors::is_jump(&e) {
                     // Wake the rest while the jump is pending.
-                    let rest = if n == ALL { ALL } else { n - woken };
+                    let rest = n - woken;
                     return Err(sys::cleanup_during_jump(&target.ruby(), e, || {
                         // The jump outranks whatever else fails here.
                         let _ = wake_from(cell, list, rest, end, broadcast);
