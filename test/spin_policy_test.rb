@@ -83,6 +83,18 @@ class SpinPolicyTest < Minitest::Test
     end
   end
 
+  # A broadcast that finds one parked waiter (concurrent-ruby's Event)
+  # wakes it as a signal would, without preempting its waker on one CPU
+  # (sys/park.rs, `Relay`): 2,000 round trips take fewer than 2.5 context
+  # switches each, where a broadcast that woke its first waiter at once
+  # made about six (cr_event pinned on 3.4.5 ran 0.80x stock so).
+  def test_a_broadcast_to_one_parked_waiter_does_not_preempt_its_waker
+    skip "the portable build does not park" unless PARKS
+    skip "M:N threads: a Ruby thread's native thread may change" if ENV["RUBY_MN_THREADS"] == "1"
+    switches = Integer(child_output("spin_policy/a_broadcast_to_one_parked_waiter_does_not_preempt_its_waker", cpu: 0))
+    assert_operator switches, :<, 5000
+  end
+
   # A calm park's waker that sleeps in Ruby (not in the gem's code) still
   # wakes it when it gives up the GVL: Ruby's suspension hook does
   # (sys/park.rs, deferred wake-ups, Ruby 3.3+; elsewhere the wake-up is
@@ -94,23 +106,21 @@ class SpinPolicyTest < Minitest::Test
     assert_equal "true\n", out
   end
 
-  # A process whose calm waits are a small share of its waits (most sleep
-  # in Ruby: here a crowd woken one signal at a time) never installs Ruby's
-  # suspension hook for deferred wake-ups (sys/park.rs, CALM_WINDOW): on
-  # vm_thread_condvar2, before its broadcasts were relayed, the hook cost
-  # more than it saved. On Ruby 3.3+ those calm waits sleep in Ruby (a park
-  # that does not defer cost condvar2 more than Ruby's sleep); Ruby 3.1
-  # and 3.2 park them with the batch policy.
+  # A process whose active waits are a small share of its waits (most
+  # sleep in Ruby: here a crowd on a fresh, dormant list each round) never
+  # installs Ruby's suspension hook for deferred wake-ups (sys/park.rs,
+  # CALM_WINDOW): on vm_thread_condvar2, before its waits parked to be
+  # relayed, the hook cost more than it saved. On Ruby 3.3+ those active
+  # waits sleep in Ruby (a park that does not defer cost condvar2 more
+  # than Ruby's sleep); Ruby 3.1 and 3.2 park them.
   def test_a_process_whose_waits_mostly_sleep_in_ruby_does_not_defer
     skip "the portable build does not park" unless PARKS
     skip "M:N threads: a Ruby thread's native thread may change" if ENV["RUBY_MN_THREADS"] == "1"
-    out = child_output("spin_policy/a_process_whose_waits_mostly_sleep_in_ruby_does_not_defer", cpu: 0)
-    batch, parks = out.lines.map { |l| Integer(l) }
+    parks = Integer(child_output("spin_policy/a_process_whose_waits_mostly_sleep_in_ruby_does_not_defer", cpu: 0))
     if RUBY_VERSION < "3.3"
-      # (parks counts the crowd's too, which park there as well)
-      assert_operator batch, :>, 200
+      assert_operator parks, :>=, 300
     else
-      assert_equal [0, 0], [batch, parks]
+      assert_equal 0, parks
     end
   end
 

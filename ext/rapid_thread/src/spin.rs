@@ -51,10 +51,10 @@
 //! (`sys::park`; with one CPU, on a calm list, `sys::WaitList::calm`). On
 //! a busy machine only where the wake-up will come from the waiter's own
 //! CPU (see [`plan`]), and there on Ruby 3.1/3.2 only; on 3.3+ only with
-//! one CPU and a calm list (see `parking_allowed`; a list whose last
-//! wake-up was a broadcast counts as calm there, its parked waiters woken
-//! in turn: `sys::park`, relayed wake-ups), and only once a calm window
-//! has passed (`sys::calm_park_pays`).
+//! one CPU and a calm list (see `parking_allowed`; where wake-ups are
+//! deferred every list counts as calm there, its parked waiters woken in
+//! turn: `sys::park`, relayed wake-ups), and only once a calm window has
+//! passed (`sys::calm_park_pays`).
 //!
 //! A spin that ends without its wake-up parks too, on every Ruby, for at
 //! most [`PARK_LIMIT`] (`Budget::park`; not in the portable build, which
@@ -103,7 +103,8 @@ pub const PARK_LIMIT: Duration = Duration::from_millis(10);
 /// hand-offs look like a ping-pong's (`calm`: `sys::WaitList::calm`) or
 /// not: where futexes are (`sys::PARKING`); on Ruby 3.3+ only with one
 /// CPU and on a calm list, whose parked waiter does not preempt its waker
-/// (`sys::park`). Elsewhere 3.3's own sleep hands over faster: its GVL
+/// (`sys::park`; where wake-ups are deferred, every list's waits count
+/// as calm: `wait::first_step`). Elsewhere 3.3's own sleep hands over faster: its GVL
 /// goes straight to the next thread in line, where a woken thread that
 /// preempts its waker, or waits long for the GVL, costs more
 /// (docs/design-details.md, "One CPU on Ruby 3.3+"). There a calm park
@@ -554,8 +555,8 @@ pub struct Stats {
     pub spin_parks: u64,
     /// Whether waits are in a quiet period now.
     pub quiet: bool,
-    /// Wake-ups of a broadcast's parked waiters relayed by the end of a
-    /// park (`sys::park`, relayed wake-ups).
+    /// Wake-ups of parked waiters relayed by the end of a park (a crowd's,
+    /// a broadcast's: `sys::park`, relayed wake-ups).
     pub relayed: u64,
     /// Parks that ran out their limit before their wake-up came
     /// (`sys::park_timeouts`).

@@ -163,9 +163,10 @@ pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Step {
     if w.signaled() {
         return Step::Done;
     }
-    // A broadcast list's waits count as calm where they may be relayed
-    // (sys::park, `RELAY`).
-    let calm = w.list_calm() || (w.list_relayed() && sys::relay_possible());
+    // Where wake-ups may be deferred (Ruby 3.3+, not under M:N threads)
+    // every wait parks as a calm one does: its wake-up will not preempt
+    // its waker, whatever its list (sys::park, relayed wake-ups).
+    let calm = w.list_calm() || sys::deferral_possible();
     let (wake, cpu) = (w.list_last_wake(), w.list_last_wake_cpu());
     match spin::plan(wake, cpu, calm, deadline, || sys::thread_alone(&w.ruby())) {
         Some(plan) => Step::Plan(plan),

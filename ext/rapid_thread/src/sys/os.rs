@@ -125,7 +125,6 @@ mod imp {
     /// futex(2) has every waiter take a wake-up as possibly spurious, from
     /// code that used the same address before (sys::park, deferred
     /// wake-ups).
-    #[cfg(ruby_thread_event_hooks)]
     pub fn futex_wake_key(addr: usize) {
         // SAFETY: the kernel neither reads nor writes the address.
         unsafe {
@@ -336,7 +335,6 @@ mod imp {
 
     /// Nothing here: no thread parks (`PARKING`), so none defers a
     /// wake-up.
-    #[cfg(ruby_thread_event_hooks)]
     pub fn futex_wake_key(_addr: usize) {}
 
     /// Nothing here (no parking, which is what it serves on Linux).

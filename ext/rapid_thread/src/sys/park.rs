@@ -61,8 +61,9 @@ pub(super) enum Calm {
     /// The waker defers the futex wake-up until it gives up the GVL
     /// ([`defer_wake`]): no system call but the wake-up itself. Where Ruby
     /// reports a thread's suspensions (Ruby 3.3+), not under M:N threads,
-    /// and once calm waits are a large share of the process's waits
-    /// ([`CALM_WINDOW`]).
+    /// and once waits that may park are a large share of the process's
+    /// waits ([`CALM_WINDOW`]); there any list's wait parks so (see
+    /// `RELAY`).
     Deferred,
 }
 
@@ -94,16 +95,34 @@ thread_local! {
 
 /// Sets a parked waiter's word and wakes it, or leaves the wake-up to the
 /// moment this thread gives up the GVL if the waiter's park asked so
-/// (`Waiter::deferred`). Within a broadcast (`relay`), the first parked
-/// waiter that asked is woken at once and the rest are relayed
-/// ([`RELAY`]). GVL held.
+/// (`Waiter::deferred`), or relays it ([`RELAY`]) once this thread's
+/// slots are full. Within a broadcast (`relay`), the first parked waiter
+/// that asked is woken at once and the rest are relayed. GVL held.
 pub(super) fn wake_parked(w: &Waiter, relay: Option<&mut Relay>) {
     w.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
     if w.deferred.get() {
+        let addr = w.park_word.as_ptr() as usize;
         match relay {
-            Some(r) if r.started && queue_relay(w.park_word.as_ptr() as usize) => return,
-            Some(r) => r.started = true,
-            None if defer_wake(w.park_word.as_ptr() as usize) => return,
+            Some(r) if r.started => {
+                if queue_relay(addr) {
+                    return;
+                }
+            }
+            Some(r) => match r.first.take() {
+                None => {
+                    r.first = Some((addr, w.list_crowded()));
+                    return;
+                }
+                Some((first, _)) => {
+                    r.started = true;
+                    futex_wake_key(first);
+                    if queue_relay(addr) {
+                        return;
+                    }
+                }
+            },
+            None if defer_wake(addr, w.list_crowded()) => return,
+            None if w.list_crowded() && queue_relay(addr) => return,
             None => {}
         }
     }
@@ -111,54 +130,94 @@ pub(super) fn wake_parked(w: &Waiter, relay: Option<&mut Relay>) {
 }
 
 /// Keeps the futex word at `addr` to wake later; false if the slots are
-/// full.
+/// full, or if the word is a crowded list's waiter's (`crowded`) and the
+/// slots hold one already (see `RELAY`, which takes it then). A crowd's
+/// word in the slots gives way to a calm list's: it goes back to the head
+/// of the relay.
 #[cfg(ruby_thread_event_hooks)]
-fn defer_wake(addr: usize) -> bool {
+fn defer_wake(addr: usize, crowded: bool) -> bool {
     DEFERRED.with(|slots| {
+        if let Some(s) = slots.iter().find(|s| s.get() & CROWD_TAG != 0) {
+            if crowded {
+                return false;
+            }
+            relay_first(s.replace(0) & !CROWD_TAG);
+        }
         slots
             .iter()
             .find(|s| s.get() == 0)
-            .map(|s| s.set(addr))
+            .map(|s| s.set(addr | if crowded { CROWD_TAG } else { 0 }))
             .is_some()
     })
 }
 
+/// Marks a deferred word (`DEFERRED`) as a crowded list's waiter's: futex
+/// words are 4-byte aligned, so an address never has this bit.
+#[cfg(ruby_thread_event_hooks)]
+const CROWD_TAG: usize = 1;
+
 /// Before Ruby 3.3 no park asks to defer (`deferring`).
 #[cfg(not(ruby_thread_event_hooks))]
-fn defer_wake(_: usize) -> bool {
+fn defer_wake(_: usize, _: bool) -> bool {
     false
 }
 
-// Relayed wake-ups (Ruby 3.3+, where wake-ups are deferred). A broadcast
-// on one CPU woke all its parked waiters at once, and each ran only to
-// find the GVL taken and queue for it: about 2.4 context switches per
-// hand-off on vm_thread_condvar2 pinned, as stock's sleep makes. Now the
-// broadcast sets every waiter's word, wakes the first at once, and queues
-// the others' words here, in order; every park that ends
-// (`park_without_gvl`, GVL held) takes the next word and defers its
-// wake-up until its own thread gives up the GVL, so each relayed waiter
-// runs when the one before it gives up the GVL and finds it free, as in a
-// ping-pong. The first is not deferred: the broadcaster may go on without
-// giving up the GVL in a way Ruby reports (a `Thread.pass` loop with
-// nobody queued for the GVL yields nothing), and would leave the whole
-// relay to the parks' limit; woken at once, the first queues for the GVL,
-// which such a loop then hands it. A relayed waiter that keeps the GVL
-// so delays the rest (up to the limit; `spin_stats[:park_timeouts]`).
-// Nothing waits on the relay alone: every word was set under the GVL at
-// the broadcast, and a park ends by itself within its limit (10 ms).
-// Every relayed waiter's park takes one word when it ends, however it
-// ends, so the queue empties as they go on; a word whose waiter went on
-// first (its limit) gets a FUTEX_WAKE that is spurious, as a deferred
-// one can be (see above). Only waits on a list whose last wake-up was a
-// broadcast of two or more (`WaitList::relayed`) park for it, and only
-// where their wake-ups are deferred (`relay_possible`); elsewhere a
-// crowded list's waits sleep in Ruby.
+// Relayed wake-ups (Ruby 3.3+, where wake-ups are deferred). On one CPU
+// every active wait parks there, whatever its list (`deferral_possible`;
+// not only calm lists, as elsewhere), and its waker wakes at most one
+// crowd's waiter per suspension; the others queue here, in order, and
+// every park that ends (`park_without_gvl`, GVL held) takes the next word
+// and defers its wake-up until its own thread gives up the GVL. So each
+// woken thread runs when the one before it gives up the GVL and finds it
+// free, as in a ping-pong, and as Ruby 3.3's own scheduler hands the GVL
+// to a sleeping thread it woke; a futex wake-up of several at once had
+// each run only to find the GVL taken and queue for it. Which words go
+// where:
+// - a crowded list's waiter (`WaitList::crowded`: many producers or
+//   consumers): into a free slot if none holds a crowd's word, else here;
+// - a calm list's waiter: into a free slot, where it goes first: a crowd's
+//   word in the slots goes back to the head of the queue (a consumer that
+//   wakes its producer and the next consumer would have them race);
+// - a broadcast's: the first is held (`Relay`); if a second comes, the
+//   first is woken at once and the rest queue here, and if none comes it
+//   is deferred as a signal's would be. Woken at once, the first of a
+//   crowd queues for the GVL, which a broadcaster that then polls with
+//   `Thread.pass` hands it (with nobody queued for the GVL a pass yields
+//   nothing, and Ruby reports no suspension: a deferred first waited for
+//   the parks' limit, every round).
+// A waiter whose wake-up is deferred behind a thread that keeps the GVL
+// (a `Thread.pass` loop that waits for it) goes on by its park's limit
+// (`spin_stats[:park_timeouts]`). Nothing waits on the relay alone:
+// every word was set under the GVL when its waiter was woken, and a park
+// ends by itself within its limit (10 ms). Every queued word's own park
+// takes one word when it ends, however it ends, so the queue empties as
+// they go on; a word whose waiter went on first (its limit) gets a
+// FUTEX_WAKE that is spurious, as a deferred one can be (see above).
+// Where wake-ups are not deferred (Ruby 3.1/3.2, M:N threads), only calm
+// lists' waits park, and others sleep in Ruby: woken at once, a crowd's
+// parked waiters lost to Ruby's sleep (docs/design-details.md, "Relayed
+// wake-ups").
 
 /// One broadcast's wake-ups (see `RELAY`): the first of its parked waiters
-/// that would defer is woken at once, the rest are relayed.
+/// that would defer is held here; if a second comes, the first is woken
+/// at once and the rest are relayed, and if none does, it is deferred as
+/// a signal's would be when the broadcast ends (the drop).
 #[derive(Default)]
 pub struct Relay {
+    /// The held first word, and whether its list was crowded.
+    first: Option<(usize, bool)>,
+    /// A second came: every later word is relayed.
     started: bool,
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        if let Some((addr, crowded)) = self.first.take() {
+            if !defer_wake(addr, crowded) {
+                futex_wake_key(addr);
+            }
+        }
+    }
 }
 
 /// The relayed futex words, oldest first, of the fork generation `gen`
@@ -214,12 +273,31 @@ fn queue_relay(addr: usize) -> bool {
     true
 }
 
+/// Puts the futex word at `addr` back at the head of the relay. GVL held.
+#[cfg(all(ruby_thread_event_hooks, not(test)))]
+fn relay_first(addr: usize) {
+    RELAY.with(|q| {
+        let gen = fork_generation();
+        if q.gen != gen {
+            q.gen = gen;
+            q.words.clear();
+        }
+        q.words.push_front(addr);
+    });
+    RELAY_QUEUED.store(true, Ordering::Relaxed);
+}
+
 /// Before Ruby 3.3 nothing defers, so nothing is relayed; nor in the unit
 /// tests, which run without Ruby (the relay is `RELAY`, a GVL-checked
 /// static).
 #[cfg(any(not(ruby_thread_event_hooks), test))]
 fn queue_relay(_: usize) -> bool {
     false
+}
+
+#[cfg(all(ruby_thread_event_hooks, test))]
+fn relay_first(addr: usize) {
+    futex_wake_key(addr);
 }
 
 /// At the end of a park (GVL held): defers the wake-up of the next relayed
@@ -242,7 +320,7 @@ fn relay_next() {
     });
     if let Some(addr) = next {
         RELAYED.fetch_add(1, Ordering::Relaxed);
-        if !defer_wake(addr) {
+        if !defer_wake(addr, true) {
             futex_wake_key(addr);
         }
     }
@@ -252,16 +330,15 @@ fn relay_next() {
 #[inline(always)]
 fn relay_next() {}
 
-/// Whether a wait on a list whose last wake-up was a broadcast
-/// (`WaitList::relayed`) may park to be relayed: where wake-ups are
-/// deferred or may yet be (not under M:N threads).
+/// Whether wake-ups are deferred or may yet be (Ruby 3.3+, not under M:N
+/// threads): there any wait may park as a calm one does (see `RELAY`).
 #[cfg(ruby_thread_event_hooks)]
-pub fn relay_possible() -> bool {
+pub fn deferral_possible() -> bool {
     defer_state::STATE.load(Ordering::Relaxed) != defer_state::OFF
 }
 
 #[cfg(not(ruby_thread_event_hooks))]
-pub fn relay_possible() -> bool {
+pub fn deferral_possible() -> bool {
     false
 }
 
@@ -273,7 +350,7 @@ pub(super) fn wake_deferred() {
     keeping_errno(|| {
         DEFERRED.with(|slots| {
             for s in slots {
-                let addr = s.replace(0);
+                let addr = s.replace(0) & !CROWD_TAG;
                 if addr != 0 {
                     futex_wake_key(addr);
                 }
@@ -320,12 +397,14 @@ pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
 /// calm wait in a hundred (its other waits sleep in Ruby), ran 2% slower
 /// with it. A calm park that does not defer (the batch policy) cost
 /// condvar2 another 1.5% against Ruby's sleep (docs/design-details.md,
-/// "Where condvar2's time goes on one CPU"). So on Ruby 3.3+ calm waits
-/// sleep in Ruby and are counted, in windows of [`CALM_WINDOW`]; from the
-/// first window in which they were at least a quarter of the GVL releases
-/// of the gem's waits ([`GVL_RELEASES`]) they park and defer their
-/// wake-ups: a ping-pong, with two calm waits a round trip, gets there in
-/// a few milliseconds.
+/// "Where condvar2's time goes on one CPU"). So on Ruby 3.3+ the waits
+/// that would park (on one CPU, on an active list; "calm" here, whatever
+/// their list, see `RELAY`) sleep in Ruby and are counted, in windows of
+/// [`CALM_WINDOW`]; from the first window in which they were at least a
+/// quarter of the GVL releases of the gem's waits ([`GVL_RELEASES`]) they
+/// park and defer their wake-ups: a ping-pong, with two such waits a round
+/// trip, gets there in a few milliseconds. What keeps a process below it
+/// is waits that find their lists dormant (idle workers).
 #[cfg(ruby_thread_event_hooks)]
 const CALM_WINDOW: u64 = 256;
 
@@ -544,9 +623,9 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) -> Result<(), E
     let calm = match calm {
         false => Calm::No,
         true if deferring(&w.ruby())? => Calm::Deferred,
-        // A broadcast list's wait parks only to be relayed, which needs
-        // deferred wake-ups (under M:N threads it sleeps in Ruby).
-        true if w.list_relayed() && !w.list_calm() => return Ok(()),
+        // A wait on a list that is not calm parks only where its wake-up
+        // is deferred (under M:N threads it sleeps in Ruby).
+        true if !w.list_calm() => return Ok(()),
         true => Calm::Batch,
     };
     // Under the GVL, as the waker reads it: set from before the GVL is

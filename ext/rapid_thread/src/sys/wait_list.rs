@@ -61,9 +61,10 @@ pub struct Waiter {
     /// Whether its list (every list of a group) was calm when it entered
     /// (`WaitList::calm`).
     list_calm: Cell<bool>,
-    /// Whether its list's last wake-up was a broadcast when it entered
-    /// (`WaitList::relayed`).
-    list_relayed: Cell<bool>,
+    /// Whether its list was crowded when it entered (`WaitList::crowded`):
+    /// its wait may park only where its wake-up will be deferred
+    /// (sys::park, relayed wake-ups).
+    list_crowded: Cell<bool>,
     /// The list it is enlisted on (`enter`): `leave` must be called on that
     /// one, at that address (see `leave`).
     list: Cell<*const WaitList>,
@@ -130,7 +131,7 @@ impl Waiter {
             list_last_wake: Cell::new(0),
             list_last_wake_cpu: Cell::new(-1),
             list_calm: Cell::new(true),
-            list_relayed: Cell::new(false),
+            list_crowded: Cell::new(false),
             thread,
             fiber,
             scheduler,
@@ -210,10 +211,11 @@ impl Waiter {
         self.list_calm.get()
     }
 
-    /// Whether its list's last wake-up was a broadcast when it entered
-    /// (`WaitList::relayed`).
-    pub fn list_relayed(&self) -> bool {
-        self.list_relayed.get()
+    /// Whether its list was crowded when it entered (`WaitList::crowded`):
+    /// its wait may park only where its wake-up will be deferred
+    /// (sys::park, relayed wake-ups).
+    pub fn list_crowded(&self) -> bool {
+        self.list_crowded.get()
     }
 
     /// A handle to Ruby's API for the waiter's code: a waiter is made only
@@ -379,17 +381,13 @@ pub struct WaitList {
     /// producers), unlike a ping-pong's list (one waiter at a time; two
     /// threads waiting in turn on one condition variable hand each other
     /// the wake-up before they enter). Sticky, until a fork's
-    /// `forget_all`.
+    /// `forget_all`. A crowd's parked waiters are woken one per
+    /// suspension of their waker, the rest relayed (sys::park).
     crowded: bool,
     /// The share of its woken parked waiters that went on later than
     /// [`PROMPT_HANDOFF_NS`] after their signal, in 65536ths, a moving
     /// average over about the last 32 (fine enough to decay to 0).
     late_share: u32,
-    /// Whether its last wake-up call that handed out a waiter was a
-    /// broadcast that handed out two or more (`signal_front_plain`; a
-    /// signal clears it). Waits on it may park to be relayed (sys::park,
-    /// `RELAY`), although it is crowded.
-    relayed: bool,
 }
 
 /// A woken waiter that went on (took the GVL, its mutex) within this long
@@ -441,7 +439,6 @@ impl WaitList {
             last_wake_cpu: -1,
             crowded: false,
             late_share: 0,
-            relayed: false,
         }
     }
 
@@ -451,10 +448,11 @@ impl WaitList {
     /// late, lately; a run of nine late ones, such as a pause for a GC,
     /// is not enough). Where one CPU runs the waker and the woken, a
     /// parked waiter of a calm list need not preempt its waker
-    /// (sys::park). On Ruby 3.3+ only a calm list's waits park
-    /// (crate::spin), so a list found not calm stays so: its waits sleep
-    /// in Ruby, as before parking there, unless its wake-ups come as
-    /// broadcasts (`relayed`).
+    /// (sys::park). On Ruby 3.3+ a list of one waiter at a time parks its
+    /// waits only while calm (crate::spin), so one found late stays so:
+    /// its waits sleep in Ruby, as before parking there. A crowded list's
+    /// waits park there wherever their wake-ups are deferred, and are
+    /// woken in turn (sys::park, relayed wake-ups).
     pub fn calm(&self) -> bool {
         !self.crowded && self.late_share < 16384
     }
@@ -529,7 +527,7 @@ impl WaitList {
         self.crowded |= self.linked > 1;
         let calm = self.calm();
         w.list_calm.set(calm);
-        w.list_relayed.set(self.relayed);
+        w.list_crowded.set(self.crowded);
         // A group is as active as the most active of its lists, and calm
         // only if all are.
         let head = w.head();
@@ -617,13 +615,6 @@ impl WaitList {
         }
         if n > 0 {
             self.stamp_last_wake(now, cpu);
-        }
-        // A signal clears it; a broadcast's later batches, or one that
-        // found a single waiter, leave it as it was.
-        if broadcast && n >= 2 {
-            self.relayed = true;
-        } else if !broadcast && n == 1 {
-            self.relayed = false;
         }
         (n, refused)
     }
