@@ -118,7 +118,9 @@ class SpinPolicyTest < Minitest::Test
     skip "M:N threads: a Ruby thread's native thread may change" if ENV["RUBY_MN_THREADS"] == "1"
     parks = Integer(child_output("spin_policy/a_process_whose_waits_mostly_sleep_in_ruby_does_not_defer", cpu: 0))
     if RUBY_VERSION < "3.3"
-      assert_operator parks, :>=, 300
+      # Main's and the crowd's first: two a round (a round that outlasts
+      # the active window, a GC, may park neither).
+      assert_operator parks, :>=, 500
     else
       assert_equal 0, parks
     end

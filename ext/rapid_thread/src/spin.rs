@@ -448,8 +448,9 @@ pub enum Plan {
 /// it.
 ///
 /// Where spins are off, a wait parks if its wake-up will likely come from
-/// its own CPU: always with one CPU (on Ruby 3.3+ only a calm one, once
-/// a calm window has passed: `parking_allowed`); on a busy machine, when
+/// its own CPU: always with one CPU (on Ruby 3.3+ only a calm one, or any
+/// where wake-ups are deferred, once a calm window has passed:
+/// `parking_allowed`); on a busy machine, when
 /// the list's last waker ran on the CPU this thread runs on now. A futex wake-up
 /// from another CPU beside busy processes cost far more than Ruby's sleep
 /// (a ping-pong beside a CPU-bound process pinned to each core: 4.6x

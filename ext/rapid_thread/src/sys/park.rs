@@ -93,72 +93,76 @@ thread_local! {
     static OWN_REGION: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Sets a parked waiter's word and wakes it, or leaves the wake-up to the
-/// moment this thread gives up the GVL if the waiter's park asked so
-/// (`Waiter::deferred`), or relays it ([`RELAY`]) once this thread's
-/// slots are full. Within a broadcast (`relay`), the first parked waiter
-/// that asked is woken at once and the rest are relayed. GVL held.
+/// Sets a parked waiter's word and wakes it, or, if the waiter's park
+/// asked so (`Waiter::deferred`), leaves the wake-up to the moment this
+/// thread gives up the GVL, or to the relay ([`RELAY`]: a crowd's waiter
+/// past the first, any once the slots are full). Within a broadcast (`relay`), the first parked waiter
+/// that asked is held; a second has it woken at once and is relayed, as
+/// the rest are. GVL held.
 pub(super) fn wake_parked(w: &Waiter, relay: Option<&mut Relay>) {
     w.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
     if w.deferred.get() {
-        let addr = w.park_word.as_ptr() as usize;
-        match relay {
-            Some(r) if r.started => {
-                if queue_relay(addr) {
-                    return;
-                }
-            }
-            Some(r) => match r.first.take() {
-                None => {
-                    r.first = Some((addr, w.list_crowded()));
-                    return;
-                }
-                Some((first, _)) => {
+        let word = w.park_word.as_ptr() as usize | if w.list_crowded() { CROWD_TAG } else { 0 };
+        let taken = match relay {
+            Some(r) if r.started => queue_relay(word),
+            Some(r) => match r.first.replace(word) {
+                None => true,
+                Some(first) => {
+                    r.first = None;
                     r.started = true;
-                    futex_wake_key(first);
-                    if queue_relay(addr) {
-                        return;
-                    }
+                    futex_wake_key(first & !TAGS);
+                    queue_relay(word)
                 }
             },
-            None if defer_wake(addr, w.list_crowded()) => return,
-            None if w.list_crowded() && queue_relay(addr) => return,
-            None => {}
+            None => defer_or_relay(word),
+        };
+        if taken {
+            return;
         }
     }
     futex_wake(&w.park_word, 1);
 }
 
-/// Keeps the futex word at `addr` to wake later; false if the slots are
-/// full, or if the word is a crowded list's waiter's (`crowded`) and the
+/// Defers the wake-up of a tagged futex word (see [`defer_wake`]), or
+/// relays it; false if neither took it.
+fn defer_or_relay(word: usize) -> bool {
+    defer_wake(word) || queue_relay(word)
+}
+
+/// Keeps a tagged futex word to wake later; false if the slots are full,
+/// or if the word is a crowded list's waiter's (`CROWD_TAG`) and the
 /// slots hold one already (see `RELAY`, which takes it then). A crowd's
-/// word in the slots gives way to a calm list's: it goes back to the head
-/// of the relay.
+/// word in the slots gives way to a calm list's once: it goes back to the
+/// head of the relay (`KEPT_TAG`), and the next time stays.
 #[cfg(ruby_thread_event_hooks)]
-fn defer_wake(addr: usize, crowded: bool) -> bool {
+fn defer_wake(word: usize) -> bool {
     DEFERRED.with(|slots| {
         if let Some(s) = slots.iter().find(|s| s.get() & CROWD_TAG != 0) {
-            if crowded {
+            if word & CROWD_TAG != 0 {
                 return false;
             }
-            relay_first(s.replace(0) & !CROWD_TAG);
+            if s.get() & KEPT_TAG == 0 {
+                relay_first(s.replace(0) | KEPT_TAG);
+            }
         }
         slots
             .iter()
             .find(|s| s.get() == 0)
-            .map(|s| s.set(addr | if crowded { CROWD_TAG } else { 0 }))
+            .map(|s| s.set(word))
             .is_some()
     })
 }
 
-/// Marks a deferred word (`DEFERRED`) as a crowded list's waiter's: futex
-/// words are 4-byte aligned, so an address never has this bit.
-#[cfg(ruby_thread_event_hooks)]
+/// Tags on a futex word's address in `DEFERRED`, `RELAY` and `Relay`
+/// (futex words are 4-byte aligned, so an address has neither bit): a
+/// crowded list's waiter's, and one that gave way to a calm list's once.
 const CROWD_TAG: usize = 1;
+const KEPT_TAG: usize = 2;
+const TAGS: usize = CROWD_TAG | KEPT_TAG;
 
 /// Before Ruby 3.3 no park asks to defer (`deferring`).
 #[cfg(not(ruby_thread_event_hooks))]
-fn defer_wake(_: usize, _: bool) -> bool {
+fn defer_wake(_: usize) -> bool {
     false
 }
 
@@ -177,7 +181,12 @@ fn defer_wake(_: usize, _: bool) -> bool {
 //   consumers): into a free slot if none holds a crowd's word, else here;
 // - a calm list's waiter: into a free slot, where it goes first: a crowd's
 //   word in the slots goes back to the head of the queue (a consumer that
-//   wakes its producer and the next consumer would have them race);
+//   wakes its producer and the next consumer would have them race), but
+//   only once (two threads of a calm ping-pong would pass it back and
+//   forth until its park's limit); here once the slots are full (a thread
+//   that hands work to many workers, each on its own queue, as
+//   concurrent-ruby's pools do: woken at once, each ran only to find the
+//   GVL taken, and cr_zip pinned lost 9%);
 // - a broadcast's: the first is held (`Relay`); if a second comes, the
 //   first is woken at once and the rest queue here, and if none comes it
 //   is deferred as a signal's would be. Woken at once, the first of a
@@ -204,24 +213,24 @@ fn defer_wake(_: usize, _: bool) -> bool {
 /// a signal's would be when the broadcast ends (the drop).
 #[derive(Default)]
 pub struct Relay {
-    /// The held first word, and whether its list was crowded.
-    first: Option<(usize, bool)>,
+    /// The held first word (tagged, see `TAGS`).
+    first: Option<usize>,
     /// A second came: every later word is relayed.
     started: bool,
 }
 
 impl Drop for Relay {
     fn drop(&mut self) {
-        if let Some((addr, crowded)) = self.first.take() {
-            if !defer_wake(addr, crowded) {
-                futex_wake_key(addr);
+        if let Some(word) = self.first.take() {
+            if !defer_or_relay(word) {
+                futex_wake_key(word & !TAGS);
             }
         }
     }
 }
 
-/// The relayed futex words, oldest first, of the fork generation `gen`
-/// (a child has none of its parent's waiters).
+/// The relayed futex words (tagged, see `TAGS`), oldest first, of the
+/// fork generation `gen` (a child has none of its parent's waiters).
 #[cfg(all(ruby_thread_event_hooks, not(test)))]
 struct RelayQueue {
     gen: u64,
@@ -258,31 +267,31 @@ pub fn park_timeouts() -> u64 {
     PARK_TIMEOUTS.load(Ordering::Relaxed)
 }
 
-/// Queues the futex word at `addr` on the relay. GVL held.
+/// Queues a crowd's tagged futex word on the relay. GVL held.
 #[cfg(all(ruby_thread_event_hooks, not(test)))]
-fn queue_relay(addr: usize) -> bool {
+fn queue_relay(word: usize) -> bool {
     RELAY.with(|q| {
         let gen = fork_generation();
         if q.gen != gen {
             q.gen = gen;
             q.words.clear();
         }
-        q.words.push_back(addr);
+        q.words.push_back(word);
     });
     RELAY_QUEUED.store(true, Ordering::Relaxed);
     true
 }
 
-/// Puts the futex word at `addr` back at the head of the relay. GVL held.
+/// Puts a tagged futex word back at the head of the relay. GVL held.
 #[cfg(all(ruby_thread_event_hooks, not(test)))]
-fn relay_first(addr: usize) {
+fn relay_first(word: usize) {
     RELAY.with(|q| {
         let gen = fork_generation();
         if q.gen != gen {
             q.gen = gen;
             q.words.clear();
         }
-        q.words.push_front(addr);
+        q.words.push_front(word);
     });
     RELAY_QUEUED.store(true, Ordering::Relaxed);
 }
@@ -296,8 +305,8 @@ fn queue_relay(_: usize) -> bool {
 }
 
 #[cfg(all(ruby_thread_event_hooks, test))]
-fn relay_first(addr: usize) {
-    futex_wake_key(addr);
+fn relay_first(word: usize) {
+    futex_wake_key(word & !TAGS);
 }
 
 /// At the end of a park (GVL held): defers the wake-up of the next relayed
@@ -318,10 +327,13 @@ fn relay_next() {
         RELAY_QUEUED.store(!q.words.is_empty(), Ordering::Relaxed);
         next
     });
-    if let Some(addr) = next {
-        RELAYED.fetch_add(1, Ordering::Relaxed);
-        if !defer_wake(addr, true) {
-            futex_wake_key(addr);
+    if let Some(word) = next {
+        // A word that gave way once was counted the first time.
+        if word & KEPT_TAG == 0 {
+            RELAYED.fetch_add(1, Ordering::Relaxed);
+        }
+        if !defer_wake(word) {
+            futex_wake_key(word & !TAGS);
         }
     }
 }
@@ -350,7 +362,7 @@ pub(super) fn wake_deferred() {
     keeping_errno(|| {
         DEFERRED.with(|slots| {
             for s in slots {
-                let addr = s.replace(0) & !CROWD_TAG;
+                let addr = s.replace(0) & !TAGS;
                 if addr != 0 {
                     futex_wake_key(addr);
                 }

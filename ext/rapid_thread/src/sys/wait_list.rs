@@ -62,8 +62,9 @@ pub struct Waiter {
     /// (`WaitList::calm`).
     list_calm: Cell<bool>,
     /// Whether its list was crowded when it entered (`WaitList::crowded`):
-    /// its wait may park only where its wake-up will be deferred
-    /// (sys::park, relayed wake-ups).
+    /// its deferred wake-up is relayed behind another crowd's (sys::park,
+    /// relayed wake-ups). Never set on a group's head, whose wake-ups
+    /// count as a calm list's.
     list_crowded: Cell<bool>,
     /// The list it is enlisted on (`enter`): `leave` must be called on that
     /// one, at that address (see `leave`).
@@ -212,8 +213,8 @@ impl Waiter {
     }
 
     /// Whether its list was crowded when it entered (`WaitList::crowded`):
-    /// its wait may park only where its wake-up will be deferred
-    /// (sys::park, relayed wake-ups).
+    /// its deferred wake-up is relayed behind another crowd's (sys::park,
+    /// relayed wake-ups).
     pub fn list_crowded(&self) -> bool {
         self.list_crowded.get()
     }
@@ -448,11 +449,11 @@ impl WaitList {
     /// late, lately; a run of nine late ones, such as a pause for a GC,
     /// is not enough). Where one CPU runs the waker and the woken, a
     /// parked waiter of a calm list need not preempt its waker
-    /// (sys::park). On Ruby 3.3+ a list of one waiter at a time parks its
-    /// waits only while calm (crate::spin), so one found late stays so:
-    /// its waits sleep in Ruby, as before parking there. A crowded list's
-    /// waits park there wherever their wake-ups are deferred, and are
-    /// woken in turn (sys::park, relayed wake-ups).
+    /// (sys::park). Where wake-ups are deferred (Ruby 3.3+, not under M:N
+    /// threads) none preempts, and every list's waits park
+    /// (`wait::first_step`); elsewhere on 3.3+ only a calm list's do
+    /// (crate::spin), so one found late stays so: its waits sleep in
+    /// Ruby.
     pub fn calm(&self) -> bool {
         !self.crowded && self.late_share < 16384
     }
