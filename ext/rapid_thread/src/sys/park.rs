@@ -86,7 +86,8 @@ const DEFERRED_MAX: usize = 4;
 
 #[cfg(ruby_thread_event_hooks)]
 thread_local! {
-    /// Futex words (addresses) whose wake-up this thread deferred; 0: none.
+    /// Futex words (tagged addresses, see `TAGS`) whose wake-up this
+    /// thread deferred; 0: none.
     static DEFERRED: [Cell<usize>; DEFERRED_MAX] = const { [const { Cell::new(0) }; DEFERRED_MAX] };
     /// This thread is in `call_without_gvl`'s blocking region, whose body
     /// wakes the deferred words once the GVL is given up.
@@ -199,9 +200,12 @@ fn defer_wake(_: usize) -> bool {
 // (`spin_stats[:park_timeouts]`). Nothing waits on the relay alone:
 // every word was set under the GVL when its waiter was woken, and a park
 // ends by itself within its limit (10 ms). Every queued word's own park
-// takes one word when it ends, however it ends, so the queue empties as
-// they go on; a word whose waiter went on first (its limit) gets a
-// FUTEX_WAKE that is spurious, as a deferred one can be (see above).
+// takes one word when it ends, however it ends (a word put back at the
+// head is matched by the calm waiter's park that took its slot), so the
+// queue empties as they go on; a word whose waiter went on first (its
+// limit) gets a FUTEX_WAKE that is spurious, as a deferred one can be
+// (see above), and the word its park took instead waits one park more.
+// So a waiter can wait behind the queue, at most its park's limit.
 // Where wake-ups are not deferred (Ruby 3.1/3.2, M:N threads), only calm
 // lists' waits park, and others sleep in Ruby: woken at once, a crowd's
 // parked waiters lost to Ruby's sleep (docs/design-details.md, "Relayed
@@ -248,7 +252,7 @@ static RELAY: GvlStatic<RelayQueue> = GvlStatic::new(RelayQueue {
 #[cfg(all(ruby_thread_event_hooks, not(test)))]
 static RELAY_QUEUED: AtomicBool = AtomicBool::new(false);
 
-/// How many relayed words a park's end took and woke
+/// How many wake-ups were relayed: words queued on the relay, each once
 /// (`RapidThread.spin_stats`; a word whose waiter went on by itself
 /// first counts too).
 static RELAYED: AtomicU64 = AtomicU64::new(0);
@@ -267,9 +271,11 @@ pub fn park_timeouts() -> u64 {
     PARK_TIMEOUTS.load(Ordering::Relaxed)
 }
 
-/// Queues a crowd's tagged futex word on the relay. GVL held.
+/// Queues a tagged futex word on the relay (counted in `RELAYED`). GVL
+/// held.
 #[cfg(all(ruby_thread_event_hooks, not(test)))]
 fn queue_relay(word: usize) -> bool {
+    RELAYED.fetch_add(1, Ordering::Relaxed);
     RELAY.with(|q| {
         let gen = fork_generation();
         if q.gen != gen {
@@ -328,10 +334,6 @@ fn relay_next() {
         next
     });
     if let Some(word) = next {
-        // A word that gave way once was counted the first time.
-        if word & KEPT_TAG == 0 {
-            RELAYED.fetch_add(1, Ordering::Relaxed);
-        }
         if !defer_wake(word) {
             futex_wake_key(word & !TAGS);
         }
