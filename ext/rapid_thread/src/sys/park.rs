@@ -271,35 +271,36 @@ pub fn park_timeouts() -> u64 {
     PARK_TIMEOUTS.load(Ordering::Relaxed)
 }
 
-/// Queues a tagged futex word on the relay (counted in `RELAYED`). GVL
-/// held.
+/// Runs `f` on the relay's words of this fork generation (a child
+/// forgets its parent's), and notes in `RELAY_QUEUED` whether any are
+/// left. GVL held.
 #[cfg(all(ruby_thread_event_hooks, not(test)))]
-fn queue_relay(word: usize) -> bool {
-    RELAYED.fetch_add(1, Ordering::Relaxed);
+fn with_relay<R>(f: impl FnOnce(&mut std::collections::VecDeque<usize>) -> R) -> R {
     RELAY.with(|q| {
         let gen = fork_generation();
         if q.gen != gen {
             q.gen = gen;
             q.words.clear();
         }
-        q.words.push_back(word);
-    });
-    RELAY_QUEUED.store(true, Ordering::Relaxed);
+        let r = f(&mut q.words);
+        RELAY_QUEUED.store(!q.words.is_empty(), Ordering::Relaxed);
+        r
+    })
+}
+
+/// Queues a tagged futex word on the relay (counted in `RELAYED`). GVL
+/// held.
+#[cfg(all(ruby_thread_event_hooks, not(test)))]
+fn queue_relay(word: usize) -> bool {
+    RELAYED.fetch_add(1, Ordering::Relaxed);
+    with_relay(|words| words.push_back(word));
     true
 }
 
 /// Puts a tagged futex word back at the head of the relay. GVL held.
 #[cfg(all(ruby_thread_event_hooks, not(test)))]
 fn relay_first(word: usize) {
-    RELAY.with(|q| {
-        let gen = fork_generation();
-        if q.gen != gen {
-            q.gen = gen;
-            q.words.clear();
-        }
-        q.words.push_front(word);
-    });
-    RELAY_QUEUED.store(true, Ordering::Relaxed);
+    with_relay(|words| words.push_front(word));
 }
 
 /// Before Ruby 3.3 nothing defers, so nothing is relayed; nor in the unit
@@ -323,17 +324,7 @@ fn relay_next() {
     if !RELAY_QUEUED.load(Ordering::Relaxed) {
         return;
     }
-    let next = RELAY.with(|q| {
-        let next = if q.gen == fork_generation() {
-            q.words.pop_front()
-        } else {
-            q.words.clear();
-            None
-        };
-        RELAY_QUEUED.store(!q.words.is_empty(), Ordering::Relaxed);
-        next
-    });
-    if let Some(word) = next {
+    if let Some(word) = with_relay(|words| words.pop_front()) {
         if !defer_wake(word) {
             futex_wake_key(word & !TAGS);
         }
