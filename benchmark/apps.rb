@@ -26,7 +26,8 @@
 # connections, a 2,000-iteration loop, unpinned), cluster (2 workers x 5
 # threads, 40 connections, unpinned). CPU per request is the user+system
 # time of the whole puma process tree over the measured window, divided by
-# the requests wrk completed in it.
+# the requests wrk completed in it; the JSON adds the context switches
+# (voluntary, involuntary) of all its threads per request.
 #
 # Quota configs (`rake bench:apps_quota`): the same three shapes unpinned,
 # with puma in a CPU quota of 1 CPU or 0.5 CPU (quota1_single,
@@ -167,6 +168,17 @@ def cpu_seconds(pids)
   end
 end
 
+# Context switches (voluntary, involuntary) of every thread of `pids`.
+def context_switches(pids)
+  pids.flat_map { |p| Dir["/proc/#{p}/task/*/status"] }.each_with_object([0, 0]) do |f, acc|
+    s = File.read(f)
+    acc[0] += s[/^voluntary_ctxt_switches:\s+(\d+)/, 1].to_i
+    acc[1] += s[/^nonvoluntary_ctxt_switches:\s+(\d+)/, 1].to_i
+  rescue Errno::ENOENT, Errno::ESRCH
+    nil
+  end
+end
+
 def to_ms(s)
   v = s.to_f
   case s
@@ -217,10 +229,13 @@ def run_puma(side, conf, opts, quota = nil)
     wrk(port, conf, opts[:warmup]) if opts[:warmup] > 0
     pids = tree(pid)
     cpu0 = cpu_seconds(pids)
+    cs0 = context_switches(pids)
     throttled0 = quota&.throttled
     r = wrk(port, conf, opts[:duration])
     cpu = cpu_seconds(pids) - cpu0
-    result = r.merge(cpu_us_per_req: r[:requests] > 0 ? cpu * 1e6 / r[:requests] : nil)
+    cs = context_switches(pids).zip(cs0).map { |a, b| a - b }
+    result = r.merge(cpu_us_per_req: r[:requests] > 0 ? cpu * 1e6 / r[:requests] : nil,
+                     switches_per_req: r[:requests] > 0 ? cs.map { |c| c.fdiv(r[:requests]) } : nil)
     if quota
       t = quota.throttled
       result[:throttled_ms_per_s] = (t[:throttled_ms] - throttled0[:throttled_ms]) / opts[:duration]

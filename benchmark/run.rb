@@ -9,7 +9,11 @@
 #     --modes LIST   unpinned,pinned (default both; pinned = taskset -c 0);
 #                    also saturated: unpinned while a CPU-bound process
 #                    pinned to each core runs beside the benchmark (rake
-#                    bench:saturated)
+#                    bench:saturated); quota05 / quota1: unpinned, each run
+#                    in a CPU quota of 0.5 / 1 CPU of its own (a cgroup v1
+#                    group made and removed per run, benchmark/cgroup.rb;
+#                    root only, else the mode is skipped with the reason),
+#                    with the group's throttled time per run
 #     --json PATH    raw figures (default benchmark/results/latest.json);
 #                    the chart is written beside it (.svg)
 #     --no-control   skip the A/A side (stock again, "stock-b") whose ratio
@@ -38,6 +42,7 @@ require "tmpdir"
 require "etc"
 require "time"
 require "open3"
+require_relative "cgroup"
 
 DIR = __dir__
 opts = { rounds: 5, scale: 1.0, modes: %w[unpinned pinned], json: File.join(DIR, "results", "latest.json"),
@@ -56,6 +61,13 @@ OptionParser.new do |o|
   o.on("--baseline LIB") { |v| opts[:baseline] = File.expand_path(v) }
   o.on("--idle LIST") { |v| opts[:idle] = v == "none" ? [] : v.split(",").map { |x| Integer(x) } }
 end.parse!
+
+# Modes that run each process in a CPU quota of its own (µs per 100 ms).
+QUOTA_MODES = { "quota05" => 50_000, "quota1" => 100_000 }.freeze
+if opts[:modes].any? { |m| QUOTA_MODES.key?(m) } && !opts[:from] && (why = CpuQuota.unavailable)
+  warn "run.rb: skipping #{(opts[:modes] & QUOTA_MODES.keys).join(', ')}: no CPU quota possible (#{why})"
+  opts[:modes] -= QUOTA_MODES.keys
+end
 
 # The peer is Debian's ruby-concurrent, packaged for Debian's Ruby (3.1)
 # only: under another Ruby (3.3 from bin/setup-ruby) the peer columns are
@@ -158,16 +170,29 @@ def run_one(script, impl, mode, scale, env_extra = {}, timeout: 600)
     env = { "RAPID_THREAD_BENCH_IMPL" => impl, "BENCH_SCALE" => scale.to_s, "RAPID_THREAD_BENCH_OUT" => out }.merge(env_extra)
     cmd = [RbConfig.ruby, "-r#{File.join(DIR, 'probe.rb')}", script]
     cmd = ["taskset", "-c", "0", *cmd] if mode == "pinned"
-    stdout, stderr, status = Open3.capture3(env, "timeout", timeout.to_s, *cmd)
-    unless status.success? && File.exist?(out)
-      return { failed: "#{status.exitstatus}: #{stderr.lines.grep(/Error|error/).first&.strip || stderr.lines.last&.strip}" }
+    cmd = ["timeout", timeout.to_s, *cmd]
+    quota_us = QUOTA_MODES[mode]
+    return run_argv(env, cmd, out) unless quota_us
+
+    CpuQuota.with(quota_us) do |q|
+      t0 = q.throttled[:throttled_ms]
+      r = run_argv(env, q.command(*cmd), out)
+      r[:failed] ? r : r.merge(throttled_ms: q.throttled[:throttled_ms] - t0)
     end
-    JSON.parse(File.readlines(out).last, symbolize_names: true).merge(stdout: stdout.strip)
   end
 end
 
+def run_argv(env, argv, out)
+  stdout, stderr, status = Open3.capture3(env, *argv)
+  unless status.success? && File.exist?(out)
+    return { failed: "#{status.exitstatus}: #{stderr.lines.grep(/Error|error/).first&.strip || stderr.lines.last&.strip}" }
+  end
+
+  JSON.parse(File.readlines(out).last, symbolize_names: true).merge(stdout: stdout.strip)
+end
+
 def stats(runs, key)
-  xs = runs.reject { |r| r[:failed] }.map { |r| r[key] }
+  xs = runs.reject { |r| r[:failed] }.filter_map { |r| r[key] }
   return nil if xs.empty?
 
   { median: median(xs), min: xs.min, max: xs.max }
@@ -201,7 +226,7 @@ else
           end
         end
       end
-      s = sides.keys.to_h { |k| [k, %i[wall cpu rss_kb].to_h { |m| [m, stats(runs[k], m)] }] }
+      s = sides.keys.to_h { |k| [k, %i[wall cpu rss_kb throttled_ms].to_h { |m| [m, stats(runs[k], m)] }] }
       rows << { name: name, mode: mode, sides: s, note: NOTES[name],
                 failures: runs.transform_values { |rs| rs.count { |x| x[:failed] } }.select { |_, v| v.positive? },
                 errors: runs.values.flatten.filter_map { |x| x[:failed] }.uniq,
@@ -293,6 +318,21 @@ rows.group_by { |r| r[:name] }.each do |name, rs|
   puts "| #{cells.join(' | ')} |"
 end
 puts "\nCPU and RSS are medians of the #{modes.first} runs; the concurrent-ruby columns list #{modes.join(' / ')}." 
+# A side's median throttled time (live rows key sides by String, saved ones by Symbol).
+throttled_ms = ->(r, side) { (r[:sides][side] || r[:sides][side.to_sym])&.dig(:throttled_ms, :median) }
+throttled = rows.select { |r| throttled_ms.(r, "stock") }
+unless throttled.empty?
+  # Per run, not per second: a quota gives a side that finishes sooner the
+  # same CPU per second, and the group's throttled time is summed over the
+  # CPUs that had work queued (docs/design-details.md, "CPU quotas").
+  puts "\nThrottled time of each run's group, ms per run (medians; the same work on every side):\n\n"
+  before = throttled.any? { |r| throttled_ms.(r, "before") }
+  puts "| name | mode | stock | rapid_thread |#{' before |' if before} A/A |", "|---|---|---|---|#{'---|' if before}---|"
+  throttled.each do |r|
+    t = ->(side) { (v = throttled_ms.(r, side)) ? format("%.0f", v) : "–" }
+    puts "| #{r[:name]} | #{r[:mode]} | #{t.('stock')} | #{t.('gem')} |#{" #{t.('before')} |" if before} #{t.('control')} |"
+  end
+end
 notes = rows.map { |r| [r[:name], r[:note]] }.uniq.select(&:last)
 puts "\nWhat gem mode swaps in:\n\n" + notes.map { |n, t| "- #{n}: #{t}" }.join("\n") unless notes.empty?
 created = rows.select { |r| r[:name] == "spawn_storm" }.map do |r|

@@ -44,6 +44,16 @@ namespace :bench do
          *ENV.fetch("NAMES", "handoff_pingpong,vm_thread_condvar1,vm_thread_sized_queue,vm_thread_create_join").split(",")
   end
 
+  desc "The hand-off rows in a CPU quota of 0.5 CPU, each run in a cgroup of its own (stock against the gem), " \
+       "with each run's throttled time; root only, skipped otherwise"
+  task quota: :compile do
+    ruby "benchmark/run.rb", "--modes", "quota05", "--rounds", ENV.fetch("ROUNDS", "5"), "--scale", ENV.fetch("SCALE", "0.3"),
+         "--idle", "none", "--json", "benchmark/results/quota-#{RUBY_VERSION[/\A\d+\.\d+/]}.json",
+         *ENV.fetch("NAMES", "vm_thread_condvar1,vm_thread_condvar2,vm_thread_queue,vm_thread_sized_queue," \
+                             "vm_thread_sized_queue2,vm_thread_sized_queue3,vm_thread_sized_queue4," \
+                             "handoff_pingpong,vm_thread_create_join,select_handoff").split(",")
+  end
+
   desc "Per call, nobody waiting: Queue/SizedQueue/ConditionVariable.new, push+pop, signal, broadcast, size, " \
        "empty?, num_waiting, close, closed?, wait(m, 0); 3M calls each, stock against the gem, with A/A"
   task calls: :compile do
@@ -78,8 +88,11 @@ namespace :bench do
       ruby "benchmark/run.rb", "--suite", suite, "--rounds", "1", "--scale", "0.001", "--modes", "unpinned",
            "--idle", "none", "--json", "tmp/bench-smoke-#{suite}.json"
     end
-    # One quota config, for benchmark/cgroup.rb (skipped where no cgroup
-    # can be made); the other configs run in the suite's fairness test.
+    # A hand-off row in a quota (run.rb's quota modes) and one quota
+    # config, for benchmark/cgroup.rb (both skipped where no cgroup can be
+    # made); the other configs run in the suite's fairness test.
+    ruby "benchmark/run.rb", "--rounds", "1", "--scale", "0.001", "--modes", "quota05", "--idle", "none",
+         "--json", "tmp/bench-smoke-quota.json", "handoff_pingpong"
     ruby "benchmark/apps.rb", "--rounds", "1", "--duration", "1", "--warmup", "0", "--sides", "stock,gem",
          "--json", "tmp/bench-smoke-apps.json", "quota05_single"
   end
