@@ -154,7 +154,7 @@ class CpuBudgetTest < Minitest::Test
   # build: rake test:portable).
   def test_the_budget_reports_its_cpus_and_why
     b = RapidThread.cpu_budget
-    assert_equal %i[cpus affinity_cpus quota_cpus cgroup cgroup_version free_cpus reason portable], b.keys
+    assert_equal %i[cpus affinity_cpus quota_cpus cgroup cgroup_version free_cpus park_limit_ms reason portable], b.keys
     assert_equal ENV["RAPID_THREAD_PORTABLE"] == "1", b[:portable] # rake test:portable runs it
     assert_operator b[:cpus], :>=, 1
     assert_operator b[:cpus], :<=, b[:affinity_cpus]
@@ -168,6 +168,7 @@ class CpuBudgetTest < Minitest::Test
       assert_equal b[:affinity_cpus], b[:cpus]
       assert_match(/affinity mask/, b[:reason])
     end
+    assert_equal 10.0, b[:park_limit_ms] unless b[:quota_cpus] # under a quota, its period
   end
 
   # --- A real quota (cgroup v1's cpu controller, as root) -------------------
@@ -199,9 +200,14 @@ class CpuBudgetTest < Minitest::Test
   # park, as pinned), and nothing is lost. (On 3.3+ a list parks while its
   # hand-offs are prompt, and this child is not pinned: its wake-ups may
   # cross CPUs and run late, so there it need only have parked.)
+  #
+  # A park's limit is the quota's period (100 ms here), not 10 ms: a park
+  # that ran out while the group was throttled queued its thread on a
+  # second CPU (spin.rs, `park_limit`).
   def test_a_half_cpu_quota_counts_as_one_cpu
     r = child_under_quota(50_000)
     assert_equal [1, 0.5, 1, r[:cgroup]], r[:budget].values_at(:cpus, :quota_cpus, :cgroup_version, :cgroup)
+    assert_equal 100.0, r[:budget][:park_limit_ms]
     assert_equal [(0...2000).sum, 0], [r[:sum], r[:stats][:spins]]
     assert_operator r[:stats][:parks], :>, RUBY_VERSION < "3.3" ? 1000 : 0 if WAITS_PARK
   end

@@ -52,6 +52,10 @@ fn cpu_budget(ruby: &Ruby) -> Result<RHash, Error> {
         ruby.to_symbol("free_cpus"),
         b.free_millicpus.map(|m| m as f64 / 1000.0),
     )?;
+    h.aset(
+        ruby.to_symbol("park_limit_ms"),
+        b.park_limit.as_secs_f64() * 1000.0,
+    )?;
     h.aset(ruby.to_symbol("reason"), b.reason)?;
     h.aset(ruby.to_symbol("portable"), !sys::LINUX)?;
     Ok(h)

@@ -17,9 +17,10 @@
 //! cgroup has a CPU quota (crate::cgroup; rounded up, read again every
 //! second: a container's limits change at run time). A quota of at most
 //! one CPU is one CPU. With one CPU to run on (pinned, a one-CPU machine
-//! or container), a wait never spins: the waker cannot run beside it, every yield is that lottery, and
-//! in a real server it loses (Go's scheduler spins only while a CPU is
-//! idle; Linux's mutexes spin only while the owner runs on another CPU).
+//! or container), a wait never spins: the waker cannot run beside it,
+//! every yield is that lottery, and in a real server it loses (Go's
+//! scheduler spins only while a CPU is idle; Linux's mutexes spin only
+//! while the owner runs on another CPU).
 //!
 //! With more, a wait spins only while the machine has a CPU to spare for
 //! the spinner and its waker (Go's scheduler spins only while a P is idle):
@@ -42,8 +43,9 @@
 //!
 //! Where a wait may not spin (one CPU, no CPU to spare, a quiet period) and
 //! its list is active, it parks instead (`sys::park`): it sleeps on a futex
-//! word of its own, with the GVL released, for at most [`PARK_LIMIT`], and
-//! then goes on to Ruby's sleep. A parked waiter uses no CPU, so it bets
+//! word of its own, with the GVL released, for at most [`PARK_LIMIT`] (in
+//! a CPU quota, the quota's period: [`park_limit`]), and then goes on to
+//! Ruby's sleep. A parked waiter uses no CPU, so it bets
 //! nothing; it is woken by its waker at once, as stock's sleeping waiter
 //! is, but without the lock hand-off of Ruby's sleep: a pinned ping-pong
 //! made 7.6 context switches per round trip in Ruby's sleep (stock: 7.9),
@@ -57,7 +59,7 @@
 //! passed (`sys::calm_park_pays`).
 //!
 //! A spin that ends without its wake-up parks too, on every Ruby, for at
-//! most [`PARK_LIMIT`] (`Budget::park`; not in the portable build, which
+//! most [`park_limit`] (`Budget::park`; not in the portable build, which
 //! has no futexes), before it takes the GVL back. Taking it back only to
 //! go to Ruby's sleep queued the futile spinner for the GVL ahead of the
 //! thread that the GVL's holder had just woken, one more GVL hand-off on
@@ -98,6 +100,25 @@ pub const MAX_QUIET: Duration = Duration::from_millis(100);
 /// costs an exit per wait (a pinned ping-pong took 27 µs per round trip
 /// with a 50 µs limit, 12 µs with 1 ms, 4.9 µs with 10 ms and with none).
 pub const PARK_LIMIT: Duration = Duration::from_millis(10);
+
+/// The longest quota period a park's limit follows (cgroup v1 allows 1 s).
+const MAX_PARK_LIMIT: Duration = Duration::from_secs(1);
+
+/// A park's limit: [`PARK_LIMIT`], or under a CPU quota the quota's period.
+/// A park begins while the group runs, and a whole period later the group
+/// runs again, where a 10 ms limit ran out while the group was throttled
+/// (its quota used up until the period's end): the thread then waited on
+/// a second CPU, which the group's throttled time counts too
+/// (vm_thread_condvar2 in a 0.5-CPU quota: 728 ms/s throttled, stock 330;
+/// 400 with the period; docs/design-details.md, "CPU quotas"). The cost:
+/// a deadlock, and a waiter whose waker polls with `Thread.pass`, are
+/// seen up to a period late.
+fn park_limit() -> Duration {
+    match QUOTA_PERIOD_US.load(Ordering::Relaxed) {
+        0 => PARK_LIMIT,
+        us => Duration::from_micros(us).clamp(PARK_LIMIT, MAX_PARK_LIMIT),
+    }
+}
 
 /// Whether a wait may park where spins are off for `why`, on a list whose
 /// hand-offs look like a ping-pong's (`calm`: `sys::WaitList::calm`) or
@@ -185,6 +206,8 @@ static CPUS_READ_AT: AtomicU64 = AtomicU64::new(0);
 /// The quota in thousandths of a CPU (0: none), and when it was looked
 /// for (0: never).
 static QUOTA_MILLICPUS: AtomicU64 = AtomicU64::new(0);
+/// The quota's period in µs (0: none), for [`park_limit`].
+static QUOTA_PERIOD_US: AtomicU64 = AtomicU64::new(0);
 static QUOTA_READ_AT: AtomicU64 = AtomicU64::new(0);
 /// The quota found, for its usage files (see `quota`), and a count of
 /// the changes of it (a window spanning one does not measure the group).
@@ -232,12 +255,14 @@ fn refresh_quota(now: u64) {
     }
     let found = if sys::LINUX { cgroup::own() } else { None };
     let millicpus = found.as_ref().map_or(0, Quota::millicpus);
+    let period_us = found.as_ref().map_or(0, |q| q.period_us);
     let mut q = quota_cell().lock().unwrap_or_else(|e| e.into_inner());
     if *q != found {
         QUOTA_GEN.fetch_add(1, Ordering::Relaxed);
         *q = found;
     }
     QUOTA_MILLICPUS.store(millicpus, Ordering::Relaxed);
+    QUOTA_PERIOD_US.store(period_us, Ordering::Relaxed);
 }
 
 /// CPUs the process may use: its affinity, cut to the quota rounded up.
@@ -483,7 +508,7 @@ pub fn plan(
     if let Some(why) = off {
         let local = why == Off::OneCpu
             || (list_last_wake_cpu >= 0 && sys::current_cpu() == list_last_wake_cpu);
-        let limit = until_deadline(PARK_LIMIT, deadline);
+        let limit = until_deadline(park_limit(), deadline);
         if !local || limit.is_zero() || alone() {
             return None;
         }
@@ -501,7 +526,7 @@ pub fn plan(
         return None;
     }
     SPINS.fetch_add(1, Ordering::Relaxed);
-    let park = until_deadline(PARK_LIMIT, deadline);
+    let park = until_deadline(park_limit(), deadline);
     Some(Plan::Spin(Budget {
         signal: until_deadline(Duration::from_micros(u64::from(spin_us)), deadline),
         gvl: Duration::from_micros(u64::from(gvl_spin_us())),
@@ -584,6 +609,8 @@ pub struct CpuBudget {
     /// CPUs free for a spinner and its waker in the last measured window
     /// (`free_millicpus`), in thousandths; None before the first.
     pub free_millicpus: Option<u64>,
+    /// How long a wait parks at most ([`park_limit`]).
+    pub park_limit: Duration,
     pub quota: Option<Quota>,
     pub reason: String,
 }
@@ -617,6 +644,7 @@ pub fn cpu_budget() -> CpuBudget {
         free_millicpus: FREE_MILLICPUS_PLUS_ONE
             .load(Ordering::Relaxed)
             .checked_sub(1),
+        park_limit: park_limit(),
         quota,
         reason,
     }

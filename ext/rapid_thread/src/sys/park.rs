@@ -77,10 +77,11 @@ pub(super) enum Calm {
 // switch, its end: Ruby's hook, [`wake_deferred_on_suspension`]), which
 // Ruby reports before it hands the GVL on. On a busy CPU the woken thread
 // would have found the GVL taken. A waker that holds the GVL for longer
-// than the park's limit (10 ms) finds its waiter gone on by itself: the
-// word was set at once. The wake-up may then reach a word whose waiter
-// has left: FUTEX_WAKE uses the address only as a key, and futex(2) has
-// every waiter take a wake-up as possibly spurious, as ours do.
+// than the park's limit (10 ms; a CPU quota's period, crate::spin) finds
+// its waiter gone on by itself: the word was set at once. The wake-up
+// may then reach a word whose waiter has left: FUTEX_WAKE uses the
+// address only as a key, and futex(2) has every waiter take a wake-up as
+// possibly spurious, as ours do.
 #[cfg(ruby_thread_event_hooks)]
 const DEFERRED_MAX: usize = 4;
 
@@ -97,9 +98,9 @@ thread_local! {
 /// Sets a parked waiter's word and wakes it, or, if the waiter's park
 /// asked so (`Waiter::deferred`), leaves the wake-up to the moment this
 /// thread gives up the GVL, or to the relay ([`RELAY`]: a crowd's waiter
-/// past the first, any once the slots are full). Within a broadcast (`relay`), the first parked waiter
-/// that asked is held; a second has it woken at once and is relayed, as
-/// the rest are. GVL held.
+/// past the first, any once the slots are full). Within a broadcast
+/// (`relay`), the first parked waiter that asked is held; a second has it
+/// woken at once and is relayed, as the rest are. GVL held.
 pub(super) fn wake_parked(w: &Waiter, relay: Option<&mut Relay>) {
     w.park_word.fetch_or(PARK_SIGNALED, Ordering::SeqCst);
     if w.deferred.get() {
@@ -199,10 +200,10 @@ fn defer_wake(_: usize) -> bool {
 // (a `Thread.pass` loop that waits for it) goes on by its park's limit
 // (`spin_stats[:park_timeouts]`). Nothing waits on the relay alone:
 // every word was set under the GVL when its waiter was woken, and a park
-// ends by itself within its limit (10 ms). Every queued word's own park
-// takes one word when it ends, however it ends (a word put back at the
-// head is matched by the calm waiter's park that took its slot), so the
-// queue empties as they go on; a word whose waiter went on first (its
+// ends by itself within its limit (10 ms, or a quota's period). Every
+// queued word's own park takes one word when it ends, however it ends
+// (a word put back at the head is matched by the calm waiter's park that
+// took its slot), so the queue empties as they go on; a word whose waiter went on first (its
 // limit) gets a FUTEX_WAKE that is spurious, as a deferred one can be
 // (see above), and the word its park took instead waits one park more.
 // So a waiter can wait behind the queue, at most its park's limit.
