@@ -67,6 +67,7 @@ QUOTA_MODES = { "quota05" => 50_000, "quota1" => 100_000 }.freeze
 if opts[:modes].any? { |m| QUOTA_MODES.key?(m) } && !opts[:from] && (why = CpuQuota.unavailable)
   warn "run.rb: skipping #{(opts[:modes] & QUOTA_MODES.keys).join(', ')}: no CPU quota possible (#{why})"
   opts[:modes] -= QUOTA_MODES.keys
+  exit if opts[:modes].empty? # nothing left to run: no empty table or JSON
 end
 
 # The peer is Debian's ruby-concurrent, packaged for Debian's Ruby (3.1)

@@ -104,15 +104,17 @@ pub const PARK_LIMIT: Duration = Duration::from_millis(10);
 /// The longest quota period a park's limit follows (cgroup v1 allows 1 s).
 const MAX_PARK_LIMIT: Duration = Duration::from_secs(1);
 
-/// A park's limit: [`PARK_LIMIT`], or under a CPU quota the quota's period.
-/// A park begins while the group runs, and a whole period later the group
-/// runs again, where a 10 ms limit ran out while the group was throttled
-/// (its quota used up until the period's end): the thread then waited on
-/// a second CPU, which the group's throttled time counts too
-/// (vm_thread_condvar2 in a 0.5-CPU quota: 728 ms/s throttled, stock 330;
-/// 400 with the period; docs/design-details.md, "CPU quotas"). The cost:
-/// a deadlock, and a waiter whose waker polls with `Thread.pass`, are
-/// seen up to a period late.
+/// A park's limit: [`PARK_LIMIT`], or under a CPU quota (any, throttled or
+/// not) the quota's period. A park begins while the group runs, and a
+/// whole period later the group likely runs again, where a 10 ms limit
+/// ran out while the group was throttled (its quota used up until the
+/// period's end): the thread then waited on a second CPU, which the
+/// group's throttled time counts too (vm_thread_condvar2 in a 0.5-CPU
+/// quota: 728 ms/s throttled, stock 330; 400 with the period;
+/// docs/design-details.md, "CPU quotas"). The cost, in a quota: a
+/// deadlock, a trap handler of a parked main thread (Ruby 3.1/3.2), and
+/// a waiter whose deferred wake-up waits for a waker that keeps the GVL
+/// (`sys::park`), are seen up to a period late, not 10 ms.
 fn park_limit() -> Duration {
     match QUOTA_PERIOD_US.load(Ordering::Relaxed) {
         0 => PARK_LIMIT,

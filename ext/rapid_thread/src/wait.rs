@@ -11,7 +11,8 @@
 //!    the signal, then for up to `gvl_spin_us` until the waker has given
 //!    up the GVL (a spin that sees no signal parks, as below, before it
 //!    takes the GVL back); or, where no CPU is free to spin on, park on a
-//!    futex for up to `spin::PARK_LIMIT` (`sys::park`);
+//!    futex for up to `spin::PARK_LIMIT` (a CPU quota's period in a
+//!    quota; `sys::park`);
 //! 2. otherwise fall back to Ruby's own sleep (`sys::Sleeper`: Mutex#sleep
 //!    on a private mutex), which the deadlock detector sees and every
 //!    interrupt wakes.

@@ -197,20 +197,24 @@ fn defer_wake(_: usize) -> bool {
 //   nothing, and Ruby reports no suspension: a deferred first waited for
 //   the parks' limit, every round).
 // A waiter whose wake-up is deferred behind a thread that keeps the GVL
-// (a `Thread.pass` loop that waits for it) goes on by its park's limit
+// (a `Thread.pass` loop that waits for it, or Ruby code that runs on past
+// Ruby's time slice: a parked waiter is not queued for the GVL, so
+// nothing preempts its waker) goes on by its park's limit
 // (`spin_stats[:park_timeouts]`). Nothing waits on the relay alone:
 // every word was set under the GVL when its waiter was woken, and a park
 // ends by itself within its limit (10 ms, or a quota's period). Every
 // queued word's own park takes one word when it ends, however it ends
 // (a word put back at the head is matched by the calm waiter's park that
-// took its slot), so the queue empties as they go on; a word whose waiter went on first (its
-// limit) gets a FUTEX_WAKE that is spurious, as a deferred one can be
-// (see above), and the word its park took instead waits one park more.
-// So a waiter can wait behind the queue, at most its park's limit.
-// Where wake-ups are not deferred (Ruby 3.1/3.2, M:N threads), only calm
-// lists' waits park, and others sleep in Ruby: woken at once, a crowd's
-// parked waiters lost to Ruby's sleep (docs/design-details.md, "Relayed
-// wake-ups").
+// took its slot), so the queue empties as they go on; a word whose
+// waiter went on first (its limit) gets a FUTEX_WAKE that is spurious,
+// as a deferred one can be (see above), and the word its park took
+// instead waits one park more. So a waiter can wait behind the queue,
+// at most its park's limit. Where wake-ups are not deferred, nothing is
+// relayed: on Ruby 3.1/3.2 parked waiters are woken at once (a calm
+// list's without preempting its waker, `Calm::Batch`); under M:N threads
+// only calm lists' waits park, and others sleep in Ruby: woken at once,
+// a crowd's parked waiters lost to Ruby's sleep (docs/design-details.md,
+// "Relayed wake-ups").
 
 /// One broadcast's wake-ups (see `RELAY`): the first of its parked waiters
 /// that would defer is held here; if a second comes, the first is woken
