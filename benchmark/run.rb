@@ -319,8 +319,8 @@ rows.group_by { |r| r[:name] }.each do |name, rs|
   puts "| #{cells.join(' | ')} |"
 end
 puts "\nCPU and RSS are medians of the #{modes.first} runs; the concurrent-ruby columns list #{modes.join(' / ')}." 
-# A side's median throttled time (live rows key sides by String, saved ones by Symbol).
-throttled_ms = ->(r, side) { (r[:sides][side] || r[:sides][side.to_sym])&.dig(:throttled_ms, :median) }
+# A side's median throttled time (sides keyed as in the table above).
+throttled_ms = ->(r, side) { r[:sides].transform_keys(&:to_s)[side]&.dig(:throttled_ms, :median) }
 throttled = rows.select { |r| throttled_ms.(r, "stock") }
 unless throttled.empty?
   # Per run, not per second: a quota gives a side that finishes sooner the
