@@ -526,6 +526,28 @@ class ThreadCacheTest < RapidThreadTest
     assert_operator RapidThread.cache_stats[:created], :>=, n
   end
 
+  # Blocks spawned in a burst that each block at once in one of the gem's
+  # waits (consumers of an empty queue) get their workers from the thread
+  # that blocks, which asks for one as it does: the monitor's periodic
+  # check never finds them stalled (it found them so once per doubling
+  # batch, one tick apart, before).
+  def test_blocks_that_block_at_once_get_workers_as_they_block
+    n = 20
+    q = RapidThread::Queue.new
+    started = RapidThread::Queue.new
+    stalls = RapidThread.cache_stats[:stalls]
+    tasks = Array.new(n) do
+      task do
+        started << true
+        q.pop
+      end
+    end
+    n.times { assert started.pop(timeout: TEST_TIMEOUT / 2), "every block started" }
+    assert_equal stalls, RapidThread.cache_stats[:stalls]
+    n.times { q << :done }
+    assert_equal [:done] * n, tasks.map { |t| t.join(TEST_TIMEOUT / 2) && t.value }
+  end
+
   # A worker woken for a task and killed before it takes it must not strand
   # the task (nobody joins it, and nothing else is spawned): before the fix
   # it stayed pending for good, where Thread.new would have run it.

@@ -107,7 +107,7 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
                 .then(|| sys::time_interval(timeout))
                 .transpose()?;
             let deadline = wait::deadline_after(limit);
-            let mut step = wait::first_step(w, deadline);
+            let mut step = wait::first_step(w, deadline)?;
             if let Step::Sleep = step {
                 // Ruby's sleep at once (a dormant list; on 3.3+ a busy
                 // machine, or a list that is not calm):

@@ -20,6 +20,7 @@
 //! Whether and how long phase 1 spins or parks is the spin policy's call
 //! (`crate::spin`); a fiber with a scheduler does neither.
 
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use magnus::{prelude::*, Error, Ruby, Value};
@@ -151,16 +152,41 @@ pub enum Step {
     Sleep,
 }
 
+/// What a thread about to block in a wait calls first: the thread cache's
+/// check that its pending tasks still have a worker coming (this thread's
+/// block may have been the one they waited for).
+pub type BlockingHook = fn(&Ruby) -> Result<(), Error>;
+
+/// The hook, set once by the thread cache ([`on_blocking`]).
+static BLOCKING_HOOK: OnceLock<BlockingHook> = OnceLock::new();
+
+/// Registers what a thread about to block in a wait calls first.
+pub fn on_blocking(hook: BlockingHook) {
+    // A second registration (never made) would keep the first.
+    let _ = BLOCKING_HOOK.set(hook);
+}
+
 /// Decides what a wait on `w` until `deadline` does first; [`block_from`]
 /// does it. Asked apart by ConditionVariable#wait, which sleeps in the
 /// caller's Mutex#sleep, as stock does, when the answer is Ruby's sleep.
-pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Step {
+/// A wait that will block calls the blocking hook first ([`on_blocking`]);
+/// its error (an interrupt met in its Ruby calls) ends the wait.
+pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Result<Step, Error> {
     if remaining(deadline).is_some_and(|left| left.is_zero()) {
-        return Step::Done;
+        return Ok(Step::Done);
     }
     if w.has_scheduler() {
-        return Step::Scheduler;
+        return Ok(Step::Scheduler);
     }
+    if let Some(hook) = BLOCKING_HOOK.get() {
+        // Its Ruby calls can switch threads: `w` may be signaled after.
+        hook(&w.ruby())?;
+    }
+    Ok(next_step(w, deadline))
+}
+
+/// `first_step` past the blocking hook.
+fn next_step(w: &Waiter, deadline: Option<Instant>) -> Step {
     if w.signaled() {
         return Step::Done;
     }
@@ -180,7 +206,7 @@ pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Step {
 /// that is not our signal (Thread#wakeup / #run) also ends the wait, as in
 /// `Mutex#sleep`.
 pub fn block(w: &Waiter, deadline: Option<Instant>, once: bool) -> Result<(), Error> {
-    block_from(w, deadline, once, first_step(w, deadline))
+    block_from(w, deadline, once, first_step(w, deadline)?)
 }
 
 /// [`block`] from a first step already decided.

@@ -188,6 +188,12 @@ pub fn mark_main_ractor(_: &Ruby) -> Result<(), Error> {
     r
 }
 
+/// Whether the calling Ruby thread belongs to the main Ractor (the handle
+/// proves it holds its Ractor's GVL).
+pub fn on_main_ractor(_: &Ruby) -> bool {
+    in_main_ractor()
+}
+
 /// Whether the calling Ruby thread, which holds its Ractor's GVL, belongs
 /// to the main Ractor.
 fn in_main_ractor() -> bool {

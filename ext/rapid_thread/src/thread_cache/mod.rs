@@ -25,6 +25,7 @@
 //! `worker.rs`: a worker's loop and the run of one task.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use magnus::error::ErrorType;
@@ -97,11 +98,16 @@ pub struct Pool {
     monitor_dormant: bool,
     /// Workers that spawn / join asked the monitor to start.
     wanted: usize,
+    /// How many workers the next stall starts (`Pool::next_batch`).
+    batch: usize,
     spawned: u64,
     reused: u64,
     /// Tasks taken by workers (progress, for the monitor).
     started: u64,
     created: u64,
+    /// Monitor ticks that found pending tasks stalled, every worker
+    /// blocked, and started workers (`cache_stats[:stalls]`).
+    stalls: u64,
     peak: usize,
     idle_timeout: Duration,
     max_idle: usize,
@@ -129,6 +135,8 @@ impl Pool {
             reused: 0,
             started: 0,
             created: 0,
+            stalls: 0,
+            batch: 1,
             peak: 0,
             idle_timeout: Duration::from_secs(3),
             max_idle: 64,
@@ -205,6 +213,20 @@ impl Pool {
             && self.wanted == 0
             && !self.pending.is_empty()
             && self.pending.len() <= self.starting
+    }
+
+    /// Whether a worker is idle (or just woken), starting or asked for.
+    fn worker_coming(&mut self) -> bool {
+        self.idle.waiting() > 0 || self.starting > 0 || self.wanted > 0
+    }
+
+    /// How many workers a stall starts: 1, then twice as many each time
+    /// it lasts, up to `MAX_BATCH` (64 blocked blocks need 7 batches, not
+    /// 64), until tasks make progress again (`monitor::grow_if_stalled`).
+    fn next_batch(&mut self) -> usize {
+        let n = self.batch;
+        self.batch = (n * 2).min(MAX_BATCH);
+        n
     }
 
     /// Pending tasks that still want to run (killed ones stay queued
@@ -321,6 +343,7 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         p.spawned += 1;
         p.pending.push_back(held);
     });
+    TASKS_QUEUED.store(true, Ordering::Relaxed);
     if let Err(e) = dispatch(ruby) {
         // Nothing can run it (no thread could be created, ThreadError): as
         // Thread.new, raise and leave nothing behind. Any other error (an
@@ -587,10 +610,49 @@ fn ensure_progress_if_orphaned(ruby: &Ruby) -> Result<(), Error> {
     Ok(())
 }
 
+/// Whether a task may be pending: set by `spawn`, cleared by
+/// [`before_blocking`] when it finds none, so that a wait of a program
+/// that spawns nothing (or not now) looks no further.
+static TASKS_QUEUED: AtomicBool = AtomicBool::new(false);
+
+/// `wait::on_blocking`: the current thread is about to block in a wait.
+/// If tasks are pending and no worker can take them (none idle, starting
+/// or asked for, every other busy one blocked), the stall's next batch of
+/// workers is asked for now, where the monitor's next tick would find it.
+/// Blocks spawned in a burst that each block at once (ten consumers
+/// waiting on an empty queue) got their batches one tick (`GROW_TICK`)
+/// apart: 5-10 ms on runs of 20-45 ms on one CPU (docs/design-details.md,
+/// "Thread cache").
+fn before_blocking(ruby: &Ruby) -> Result<(), Error> {
+    // Only the main Ractor spawns; the pool is its state.
+    if !TASKS_QUEUED.load(Ordering::Relaxed) || !sys::on_main_ractor(ruby) {
+        return Ok(());
+    }
+    // One look at the pool on the way of every wait while tasks are
+    // queued (a join of each spawn passes here): most find a worker coming.
+    // An idle worker counts as one that can take them (spawn woke it, or
+    // it is the caller, enlisted on the idle list).
+    let coming = with(|p| {
+        let pending = p.has_pending(ruby);
+        if !pending {
+            TASKS_QUEUED.store(false, Ordering::Relaxed);
+        }
+        !pending || p.worker_coming()
+    });
+    if coming || any_busy_runnable(ruby)? {
+        return Ok(());
+    }
+    with(|p| {
+        let n = p.next_batch().min(p.runnable_pending(ruby));
+        p.wanted += n;
+    });
+    arm_monitor(ruby)
+}
+
 /// Whether a worker can take pending tasks soon: one is idle (or just
 /// woken), starting or asked for, or busy but runnable.
 fn can_progress(ruby: &Ruby) -> Result<bool, Error> {
-    if with(|p| p.idle.waiting() > 0 || p.starting > 0 || p.wanted > 0) {
+    if with(Pool::worker_coming) {
         return Ok(true);
     }
     any_busy_runnable(ruby)
@@ -775,11 +837,12 @@ fn monitor_dormant() -> bool {
 }
 
 fn cache_stats(ruby: &Ruby) -> Result<RHash, Error> {
-    let (spawned, reused, created, idle, live, busy, peak, pending) = with(|p| {
+    let (spawned, reused, created, stalls, idle, live, busy, peak, pending) = with(|p| {
         (
             p.spawned,
             p.reused,
             p.created,
+            p.stalls,
             p.idle.waiting(),
             p.live,
             p.busy.len(),
@@ -793,6 +856,7 @@ fn cache_stats(ruby: &Ruby) -> Result<RHash, Error> {
     h.aset(ruby.to_symbol("spawned"), spawned)?;
     h.aset(ruby.to_symbol("reused"), reused)?;
     h.aset(ruby.to_symbol("created"), created)?;
+    h.aset(ruby.to_symbol("stalls"), stalls)?;
     h.aset(ruby.to_symbol("idle"), idle)?;
     h.aset(ruby.to_symbol("busy"), busy)?;
     h.aset(ruby.to_symbol("peak"), peak)?;
@@ -816,6 +880,7 @@ pub fn init(ruby: &Ruby, module: RModule) -> Result<(), Error> {
         join: join_pending,
         poll: poll_pending,
     });
+    wait::on_blocking(before_blocking);
     module.define_singleton_method("spawn", function!(spawn, -1))?;
     let thread: RClass = ruby.class_thread();
     thread.define_singleton_method("spawn", function!(spawn, -1))?;

@@ -9,8 +9,9 @@ use super::*;
 /// take every pending task; a spawn meanwhile wakes it) that pending
 /// tasks can make progress, and grows the cache when they cannot:
 /// * every busy worker is blocked and none is idle or starting: start
-///   workers at once, one more each tick the stall lasts, doubling up to
-///   `MAX_BATCH` (1, 2, 4, ...: 64 blocked blocks need 7 ticks, not 64);
+///   the stall's next batch of workers (`Pool::next_batch`), one batch
+///   each tick the stall lasts (a thread that blocks in one of the gem's
+///   waits asks for the batch at once: `before_blocking`);
 /// * or no task has started for `STALL` although workers are runnable
 ///   (blocks that compute forever, or never end while passing the GVL):
 ///   one more worker, so that a waiting block still starts, as it would
@@ -37,7 +38,6 @@ pub(super) fn monitor_body(ruby: &Ruby) -> Option<i32> {
     }
     let mut seen = with(|p| p.started);
     let mut since = Instant::now();
-    let mut batch = 1usize;
     loop {
         if with(|p| p.monitor) != me {
             return None; // forked, or replaced
@@ -85,10 +85,10 @@ pub(super) fn monitor_body(ruby: &Ruby) -> Option<i32> {
         if nap.is_none() {
             seen = with(|p| p.started);
             since = Instant::now();
-            batch = 1;
+            with(|p| p.batch = 1);
             continue;
         }
-        let grown = grow_if_stalled(ruby, &mut seen, &mut since, &mut batch);
+        let grown = grow_if_stalled(ruby, &mut seen, &mut since);
         if let Err(e) = grown {
             if let Some(tag) = jump_tag(&e) {
                 return Some(tag);
@@ -126,7 +126,6 @@ pub(super) fn grow_if_stalled(
     ruby: &Ruby,
     seen: &mut u64,
     since: &mut Instant,
-    batch: &mut usize,
 ) -> Result<(), Error> {
     if with(|p| p.must_wake_idle(ruby)) {
         return wait::wake_newest(POOL.cell(), idle);
@@ -140,7 +139,7 @@ pub(super) fn grow_if_stalled(
         forget_lost_starters(ruby)?;
     }
     if !pending {
-        *batch = 1;
+        with(|p| p.batch = 1);
         return Ok(());
     }
     if with(|p| p.starting + p.wanted) > 0 && since.elapsed() < STARTING_STALL {
@@ -155,9 +154,10 @@ pub(super) fn grow_if_stalled(
         return Ok(());
     }
     let n = if !can_progress(ruby)? {
-        let n = *batch;
-        *batch = (*batch * 2).min(MAX_BATCH);
-        n
+        with(|p| {
+            p.stalls += 1;
+            p.next_batch()
+        })
     } else if since.elapsed() >= STALL {
         if with(|p| !p.idle.is_empty()) {
             // The idle workers woken for the tasks are held up: another
@@ -167,7 +167,7 @@ pub(super) fn grow_if_stalled(
         }
         1
     } else {
-        *batch = 1;
+        with(|p| p.batch = 1);
         return Ok(());
     };
     *since = Instant::now();
