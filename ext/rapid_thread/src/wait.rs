@@ -20,6 +20,7 @@
 //! Whether and how long phase 1 spins or parks is the spin policy's call
 //! (`crate::spin`); a fiber with a scheduler does neither.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -160,10 +161,20 @@ pub type BlockingHook = fn(&Ruby) -> Result<(), Error>;
 /// The hook, set once by the thread cache ([`on_blocking`]).
 static BLOCKING_HOOK: OnceLock<BlockingHook> = OnceLock::new();
 
+/// Whether the hook has anything to check: set by the thread cache when
+/// it queues a task, cleared when the hook finds none queued. A wait of a
+/// program that spawns nothing reads this flag only.
+static BLOCKING_HOOK_ARMED: AtomicBool = AtomicBool::new(false);
+
 /// Registers what a thread about to block in a wait calls first.
 pub fn on_blocking(hook: BlockingHook) {
     // A second registration (never made) would keep the first.
     let _ = BLOCKING_HOOK.set(hook);
+}
+
+/// Has the next waits call the blocking hook (`armed`) or not.
+pub fn arm_blocking_hook(armed: bool) {
+    BLOCKING_HOOK_ARMED.store(armed, Ordering::Relaxed);
 }
 
 /// Decides what a wait on `w` until `deadline` does first; [`block_from`]
@@ -178,9 +189,11 @@ pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Result<Step, Error> 
     if w.has_scheduler() {
         return Ok(Step::Scheduler);
     }
-    if let Some(hook) = BLOCKING_HOOK.get() {
-        // Its Ruby calls can switch threads: `w` may be signaled after.
-        hook(&w.ruby())?;
+    if BLOCKING_HOOK_ARMED.load(Ordering::Relaxed) {
+        if let Some(hook) = BLOCKING_HOOK.get() {
+            // Its Ruby calls can switch threads: `w` may be signaled after.
+            hook(&w.ruby())?;
+        }
     }
     Ok(next_step(w, deadline))
 }

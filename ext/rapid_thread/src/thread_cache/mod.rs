@@ -25,7 +25,6 @@
 //! `worker.rs`: a worker's loop and the run of one task.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use magnus::error::ErrorType;
@@ -343,7 +342,7 @@ fn spawn(ruby: &Ruby, args: &[Value]) -> Result<Value, Error> {
         p.spawned += 1;
         p.pending.push_back(held);
     });
-    TASKS_QUEUED.store(true, Ordering::Relaxed);
+    wait::arm_blocking_hook(true);
     if let Err(e) = dispatch(ruby) {
         // Nothing can run it (no thread could be created, ThreadError): as
         // Thread.new, raise and leave nothing behind. Any other error (an
@@ -610,11 +609,6 @@ fn ensure_progress_if_orphaned(ruby: &Ruby) -> Result<(), Error> {
     Ok(())
 }
 
-/// Whether a task may be pending: set by `spawn`, cleared by
-/// [`before_blocking`] when it finds none, so that a wait of a program
-/// that spawns nothing (or not now) looks no further.
-static TASKS_QUEUED: AtomicBool = AtomicBool::new(false);
-
 /// `wait::on_blocking`: the current thread is about to block in a wait.
 /// If tasks are pending and no worker can take them (none idle, starting
 /// or asked for, every other busy one blocked), the stall's next batch of
@@ -624,8 +618,10 @@ static TASKS_QUEUED: AtomicBool = AtomicBool::new(false);
 /// apart: 5-10 ms on runs of 20-45 ms on one CPU (docs/design-details.md,
 /// "Thread cache").
 fn before_blocking(ruby: &Ruby) -> Result<(), Error> {
-    // Only the main Ractor spawns; the pool is its state.
-    if !TASKS_QUEUED.load(Ordering::Relaxed) || !sys::on_main_ractor(ruby) {
+    // Called while a task may be pending (`spawn` arms the hook, and it
+    // disarms itself when it finds none). Only the main Ractor spawns; the
+    // pool is its state.
+    if !sys::on_main_ractor(ruby) {
         return Ok(());
     }
     // One look at the pool on the way of every wait while tasks are
@@ -635,7 +631,7 @@ fn before_blocking(ruby: &Ruby) -> Result<(), Error> {
     let coming = with(|p| {
         let pending = p.has_pending(ruby);
         if !pending {
-            TASKS_QUEUED.store(false, Ordering::Relaxed);
+            wait::arm_blocking_hook(false);
         }
         !pending || p.worker_coming()
     });
