@@ -528,14 +528,21 @@ class ThreadCacheTest < RapidThreadTest
 
   # Blocks spawned in a burst that each block at once in one of the gem's
   # waits (consumers of an empty queue) get their workers from the thread
-  # that blocks, which asks for one as it does: the monitor's periodic
+  # that blocks, which asks for them as it does: the monitor's periodic
   # check never finds them stalled (it found them so once per doubling
-  # batch, one tick apart, before).
+  # batch, one tick apart, before). From an empty cache, or idle workers
+  # left by earlier tests would take the blocks and nothing would grow.
   def test_blocks_that_block_at_once_get_workers_as_they_block
     n = 20
+    begin
+      RapidThread.max_idle = 0
+      wait_until(TEST_TIMEOUT / 2, "the idle workers to exit") { RapidThread.cache_stats[:idle].zero? }
+    ensure
+      RapidThread.max_idle = 64
+    end
     q = RapidThread::Queue.new
     started = RapidThread::Queue.new
-    stalls = RapidThread.cache_stats[:stalls]
+    stalls, created = RapidThread.cache_stats.values_at(:stalls, :created)
     tasks = Array.new(n) do
       task do
         started << true
@@ -544,8 +551,20 @@ class ThreadCacheTest < RapidThreadTest
     end
     n.times { assert started.pop(timeout: TEST_TIMEOUT / 2), "every block started" }
     assert_equal stalls, RapidThread.cache_stats[:stalls]
+    assert_operator RapidThread.cache_stats[:created] - created, :>=, n
     n.times { q << :done }
     assert_equal [:done] * n, tasks.map { |t| t.join(TEST_TIMEOUT / 2) && t.value }
+  end
+
+  # A wait at exit (in the ensure of a block Ruby kills), with a task
+  # pending and no monitor, whose hook cannot make one (the process is
+  # ending): stock's wait never raises ThreadError, and neither does this
+  # (it did about 1 exit in 20 without the killed monitor). A thread switch
+  # before the kill (GC.stress) can let the monitor start the task's
+  # worker first: then nothing is pending, and the wait has nothing to ask.
+  def test_a_wait_whose_worker_cannot_be_made_returns_as_stocks
+    out = child_output("thread_cache/a_wait_whose_worker_cannot_be_made_returns_as_stocks", timeout: 20)
+    assert_match(/\Apending [01]\nensure: nil\n\z/, out)
   end
 
   # A worker woken for a task and killed before it takes it must not strand

@@ -189,6 +189,9 @@ pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Result<Step, Error> 
     if w.has_scheduler() {
         return Ok(Step::Scheduler);
     }
+    if w.signaled() {
+        return Ok(Step::Done);
+    }
     if BLOCKING_HOOK_ARMED.load(Ordering::Relaxed) {
         if let Some(hook) = BLOCKING_HOOK.get() {
             // Its Ruby calls can switch threads: `w` may be signaled after.
@@ -198,7 +201,8 @@ pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Result<Step, Error> 
     Ok(next_step(w, deadline))
 }
 
-/// `first_step` past the blocking hook.
+/// `first_step` past the blocking hook, whose Ruby calls may have let a
+/// waker signal `w`.
 fn next_step(w: &Waiter, deadline: Option<Instant>) -> Step {
     if w.signaled() {
         return Step::Done;

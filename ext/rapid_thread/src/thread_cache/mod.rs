@@ -95,7 +95,8 @@ pub struct Pool {
     monitor_sleeping: bool,
     /// ... in an untimed sleep: nothing was pending (for a test).
     monitor_dormant: bool,
-    /// Workers that spawn / join asked the monitor to start.
+    /// Workers that spawn, join or a blocked thread (`before_blocking`)
+    /// asked the monitor to start.
     wanted: usize,
     /// How many workers the next stall starts (`Pool::next_batch`).
     batch: usize,
@@ -638,11 +639,28 @@ fn before_blocking(ruby: &Ruby) -> Result<(), Error> {
     if coming || any_busy_runnable(ruby)? {
         return Ok(());
     }
-    with(|p| {
+    // The `stop?` calls can switch threads: the monitor's tick, or another
+    // blocked thread, may have asked for workers meanwhile. Look again.
+    let asked = with(|p| {
+        if p.worker_coming() {
+            return 0;
+        }
         let n = p.next_batch().min(p.runnable_pending(ruby));
         p.wanted += n;
+        n
     });
-    arm_monitor(ruby)
+    if asked == 0 {
+        return Ok(());
+    }
+    // A monitor that cannot be made (the process is ending, or out of
+    // threads) is not this wait's error: stock's waits never raise
+    // ThreadError. The workers asked for are taken back, and the next
+    // spawn, join or blocked thread asks again. An interrupt met on the
+    // way is raised.
+    if try_arm_monitor(ruby)?.is_err() {
+        with(|p| p.wanted = p.wanted.saturating_sub(asked));
+    }
+    Ok(())
 }
 
 /// Whether a worker can take pending tasks soon: one is idle (or just

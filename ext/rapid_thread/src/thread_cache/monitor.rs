@@ -154,10 +154,18 @@ pub(super) fn grow_if_stalled(
         return Ok(());
     }
     let n = if !can_progress(ruby)? {
-        with(|p| {
-            p.stalls += 1;
-            p.next_batch()
-        })
+        // The `stop?` calls can switch threads: a blocked thread may have
+        // asked for this batch meanwhile (`before_blocking`).
+        let batch = with(|p| {
+            (!p.worker_coming()).then(|| {
+                p.stalls += 1;
+                p.next_batch()
+            })
+        });
+        match batch {
+            Some(n) => n,
+            None => return Ok(()),
+        }
     } else if since.elapsed() >= STALL {
         if with(|p| !p.idle.is_empty()) {
             // The idle workers woken for the tasks are held up: another
