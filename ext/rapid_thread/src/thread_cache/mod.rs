@@ -106,7 +106,7 @@ pub struct Pool {
     started: u64,
     created: u64,
     /// Monitor ticks that found pending tasks stalled, every worker
-    /// blocked, and started workers (`cache_stats[:stalls]`).
+    /// blocked, and took the next batch (`cache_stats[:stalls]`).
     stalls: u64,
     peak: usize,
     idle_timeout: Duration,
@@ -617,7 +617,7 @@ fn ensure_progress_if_orphaned(ruby: &Ruby) -> Result<(), Error> {
 /// Blocks spawned in a burst that each block at once (ten consumers
 /// waiting on an empty queue) got their batches one tick (`GROW_TICK`)
 /// apart: 5-10 ms on runs of 20-45 ms on one CPU (docs/design-details.md,
-/// "Thread cache").
+/// "Blocks that block at once").
 fn before_blocking(ruby: &Ruby) -> Result<(), Error> {
     // Called while a task may be pending (`spawn` arms the hook, and it
     // disarms itself when it finds none). Only the main Ractor spawns; the
