@@ -5,6 +5,15 @@ require "stringio"
 
 # RapidThread.spawn / Thread.spawn: Thread.new semantics on cached threads.
 class ThreadCacheTest < RapidThreadTest
+  # Has every idle worker exit (left by earlier tests, which a test that
+  # counts growth or placement must not find).
+  def empty_the_cache
+    RapidThread.max_idle = 0
+    wait_until(TEST_TIMEOUT / 2, "the idle workers to exit") { RapidThread.cache_stats[:idle].zero? }
+  ensure
+    RapidThread.max_idle = 64
+  end
+
   # A task the teardown kills and joins (with the test's threads: a Task
   # answers kill and join as a Thread does); its exceptions are not reported.
   def task(*args, &block)
@@ -534,12 +543,7 @@ class ThreadCacheTest < RapidThreadTest
   # left by earlier tests would take the blocks and nothing would grow.
   def test_blocks_that_block_at_once_get_workers_as_they_block
     n = 20
-    begin
-      RapidThread.max_idle = 0
-      wait_until(TEST_TIMEOUT / 2, "the idle workers to exit") { RapidThread.cache_stats[:idle].zero? }
-    ensure
-      RapidThread.max_idle = 64
-    end
+    empty_the_cache
     q = RapidThread::Queue.new
     started = RapidThread::Queue.new
     stalls, created = RapidThread.cache_stats.values_at(:stalls, :created)
@@ -728,12 +732,7 @@ class ThreadCacheTest < RapidThreadTest
   # on a woken worker rather than wake another: the first 28 steady spawns
   # went to 28 of them, one each (CI, 3.4.5, taskset -c 0).
   def burst(n)
-    begin
-      RapidThread.max_idle = 0
-      wait_until(TEST_TIMEOUT / 2, "the idle workers to exit") { RapidThread.cache_stats[:idle].zero? }
-    ensure
-      RapidThread.max_idle = 64
-    end
+    empty_the_cache
     q = Thread::Queue.new
     tasks = Array.new(n) { task { q.pop; Thread.current } }
     wait_until { tasks.all? { |t| t.status == "sleep" } }
