@@ -174,11 +174,12 @@ class CpuBudgetTest < Minitest::Test
   # --- A real quota (cgroup v1's cpu controller, as root) -------------------
 
   CHILD = File.expand_path("support/cpu_budget_child.rb", __dir__)
+  FORK_CHILD = File.expand_path("support/cpu_budget_fork_child.rb", __dir__)
 
   # Runs the child script in a group with `quota_us` per 100 ms (removed
   # afterwards: benchmark/cgroup.rb), beside `hogs` CPU-bound processes in
   # the same group; returns its report.
-  def child_under_quota(quota_us, hogs: 0)
+  def child_under_quota(quota_us, hogs: 0, script: CHILD)
     skip "the machine has one CPU: nothing to tell apart" if Etc.nprocessors < 2
     skip "the portable build reads no cgroup" if PORTABLE_BUILD
     skip "no CPU quota possible: #{CpuQuota.unavailable}" if CpuQuota.unavailable
@@ -186,7 +187,7 @@ class CpuBudgetTest < Minitest::Test
       hog_pids = Array.new(hogs) { Process.spawn(*q.command(RbConfig.ruby, "-e", "loop { }")) }
       begin
         lib = File.expand_path("../lib", __dir__)
-        out, err, status = Open3.capture3(*q.command(RbConfig.ruby, "-I#{lib}", CHILD), stdin_data: "", timeout: 60)
+        out, err, status = Open3.capture3(*q.command(RbConfig.ruby, "-I#{lib}", script), stdin_data: "", timeout: 60)
         assert status.success?, "child failed (#{status.inspect}):\n#{err}\n#{out}"
         JSON.parse(out, symbolize_names: true).merge(cgroup: q.cpu_dir)
       ensure
@@ -230,5 +231,15 @@ class CpuBudgetTest < Minitest::Test
     assert_equal [2, 1.6], r[:budget].values_at(:cpus, :quota_cpus)
     assert_operator r[:budget][:free_cpus], :<, 0.9
     assert_equal [(0...2000).sum, 0], [r[:sum], r[:stats][:spins]]
+  end
+
+  # A forked child (puma's cluster workers) stays in its parent's group,
+  # and counts its quota from its first wait: it does not measure CPU
+  # free without the group's usage until it looks for the quota again.
+  def test_a_forked_child_keeps_the_quota_its_parent_found
+    r = child_under_quota(50_000, script: FORK_CHILD)
+    keys = %i[cpus quota_cpus cgroup cgroup_version park_limit_ms]
+    assert_equal [1, 0.5, r[:cgroup], 1, 100.0], r[:budget].values_at(*keys)
+    assert_equal r[:budget].values_at(*keys), r[:child].values_at(*keys)
   end
 end

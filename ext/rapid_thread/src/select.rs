@@ -5,8 +5,9 @@
 //! head it blocks on (`wait::park_any`); the first wake-up signals the head,
 //! and the other queues then pass its waiters over, so a push never wakes a
 //! selector that is already awake while a plain `pop` sleeps. A woken
-//! selector looks first at the queue that woke it. Everything else (interrupts, deadlock detection, fork, the
-//! fiber scheduler) is `pop`'s own machinery.
+//! selector looks first at the queue that woke it. Everything else
+//! (interrupts, deadlock detection, fork, the fiber scheduler) is `pop`'s
+//! own machinery.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

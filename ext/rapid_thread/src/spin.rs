@@ -228,12 +228,21 @@ pub fn init() {
 
 fn quota_cell() -> &'static Mutex<Option<Quota>> {
     QUOTA
-        .get_or_init(|| ForkCell::new(Mutex::new(None), |_| Mutex::new(None)))
+        .get_or_init(|| ForkCell::new(Mutex::new(None), inherit_quota))
         .get()
 }
 
-/// The quota last found. A forked child starts with none (`ForkCell`: a
-/// thread of the parent may have held the lock in the fork); the lock is
+/// A forked child's copy of the quota: its parent's (a child stays in its
+/// parent's group, and the atomics above carry the parent's figures).
+/// With none, the child's first `QUOTA_REFRESH` measured CPU free without
+/// the group's usage, and `cpu_budget` reported no quota beside the
+/// quota's park limit. None only if a thread of the parent held the lock
+/// in the fork (it never will be unlocked in the child).
+fn inherit_quota(parent: &Mutex<Option<Quota>>) -> Mutex<Option<Quota>> {
+    Mutex::new(parent.try_lock().ok().and_then(|q| q.clone()))
+}
+
+/// The quota last found (a forked child: `inherit_quota`); the lock is
 /// held only to copy it in or out, never across a file read.
 fn quota() -> Option<Quota> {
     quota_cell()
