@@ -181,6 +181,10 @@ def run_one(script, impl, mode, scale, env_extra = {}, timeout: 600)
       r[:failed] ? r : r.merge(throttled_ms: q.throttled[:throttled_ms] - t0)
     end
   end
+rescue SystemCallError => e
+  # A call that failed (a quota's group that could not be made or removed:
+  # EBUSY, ENOSPC) fails this run, as a crashed run does, not the table.
+  { failed: "#{e.class}: #{e.message}" }
 end
 
 def run_argv(env, argv, out)
