@@ -233,9 +233,10 @@ class CpuBudgetTest < Minitest::Test
     assert_equal [(0...2000).sum, 0], [r[:sum], r[:stats][:spins]]
   end
 
-  # A forked child (puma's cluster workers) stays in its parent's group,
-  # and counts its quota from its first wait: it does not measure CPU
-  # free without the group's usage until it looks for the quota again.
+  # A forked child (puma's cluster workers) stays in its parent's group
+  # and starts with the quota its parent found, not with none until its
+  # next look (which is what it measures CPU free against: spin.rs,
+  # `inherit_quota`). The child asks within the parent's refresh interval.
   def test_a_forked_child_keeps_the_quota_its_parent_found
     r = child_under_quota(50_000, script: FORK_CHILD)
     keys = %i[cpus quota_cpus cgroup cgroup_version park_limit_ms]

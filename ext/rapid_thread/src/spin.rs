@@ -234,10 +234,11 @@ fn quota_cell() -> &'static Mutex<Option<Quota>> {
 
 /// A forked child's copy of the quota: its parent's (a child stays in its
 /// parent's group, and the atomics above carry the parent's figures).
-/// With none, the child's first `QUOTA_REFRESH` measured CPU free without
-/// the group's usage, and `cpu_budget` reported no quota beside the
-/// quota's park limit. None only if a thread of the parent held the lock
-/// in the fork (it never will be unlocked in the child).
+/// With none, until its next look (up to `QUOTA_REFRESH` after the
+/// parent's last) the child measured CPU free without the group's usage,
+/// and `cpu_budget` reported no quota beside the quota's park limit. None
+/// only if a thread of the parent held the lock in the fork (it never
+/// will be unlocked in the child).
 fn inherit_quota(parent: &Mutex<Option<Quota>>) -> Mutex<Option<Quota>> {
     Mutex::new(parent.try_lock().ok().and_then(|q| q.clone()))
 }

@@ -117,7 +117,8 @@ unsafe impl<T: Send> Send for ForkCell<T> {}
 
 impl<T> ForkCell<T> {
     /// `fresh` makes the child's value from the parent's; it must only
-    /// read plain fields (no lock: the parent's locks may be held forever).
+    /// read plain fields, or `try_lock` (never wait on a lock: the
+    /// parent's locks may be held forever).
     pub fn new(v: T, fresh: fn(&T) -> T) -> ForkCell<T> {
         ForkCell {
             value: AtomicPtr::new(Box::into_raw(Box::new(v))),
