@@ -189,10 +189,8 @@ pub fn first_step(w: &Waiter, deadline: Option<Instant>) -> Result<Step, Error> 
     if w.has_scheduler() {
         return Ok(Step::Scheduler);
     }
-    if w.signaled() {
-        return Ok(Step::Done);
-    }
-    if BLOCKING_HOOK_ARMED.load(Ordering::Relaxed) {
+    // A waiter already signaled needs no worker (`next_step` then ends it).
+    if BLOCKING_HOOK_ARMED.load(Ordering::Relaxed) && !w.signaled() {
         if let Some(hook) = BLOCKING_HOOK.get() {
             // Its Ruby calls can switch threads: `w` may be signaled after.
             hook(&w.ruby())?;
