@@ -229,6 +229,14 @@ impl Pool {
         n
     }
 
+    /// The next batch for a stall, unless a worker is now on its way: the
+    /// `stop?` calls that found the stall can switch threads, and the
+    /// monitor's tick and a blocked thread (`before_blocking`) may both
+    /// have found it.
+    fn stall_batch(&mut self) -> Option<usize> {
+        (!self.worker_coming()).then(|| self.next_batch())
+    }
+
     /// Pending tasks that still want to run (killed ones stay queued
     /// until a worker or `has_pending` drops them).
     fn runnable_pending(&mut self, ruby: &Ruby) -> usize {
@@ -639,16 +647,12 @@ fn before_blocking(ruby: &Ruby) -> Result<(), Error> {
     if coming || any_busy_runnable(ruby)? {
         return Ok(());
     }
-    // The `stop?` calls can switch threads: the monitor's tick, or another
-    // blocked thread, may have asked for workers meanwhile. Look again.
     let asked = with(|p| {
-        if p.worker_coming() {
-            return 0;
-        }
-        let n = p.next_batch().min(p.runnable_pending(ruby));
+        let n = p.stall_batch()?.min(p.runnable_pending(ruby));
         p.wanted += n;
-        n
-    });
+        Some(n)
+    })
+    .unwrap_or(0);
     if asked == 0 {
         return Ok(());
     }

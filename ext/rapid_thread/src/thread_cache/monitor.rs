@@ -154,18 +154,14 @@ pub(super) fn grow_if_stalled(
         return Ok(());
     }
     let n = if !can_progress(ruby)? {
-        // The `stop?` calls can switch threads: a blocked thread may have
-        // asked for this batch meanwhile (`before_blocking`).
-        let batch = with(|p| {
-            (!p.worker_coming()).then(|| {
-                p.stalls += 1;
-                p.next_batch()
-            })
-        });
-        match batch {
-            Some(n) => n,
-            None => return Ok(()),
-        }
+        let Some(n) = with(|p| {
+            let n = p.stall_batch();
+            p.stalls += u64::from(n.is_some());
+            n
+        }) else {
+            return Ok(());
+        };
+        n
     } else if since.elapsed() >= STALL {
         if with(|p| !p.idle.is_empty()) {
             // The idle workers woken for the tasks are held up: another
