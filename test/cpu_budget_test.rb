@@ -175,6 +175,7 @@ class CpuBudgetTest < Minitest::Test
 
   CHILD = File.expand_path("support/cpu_budget_child.rb", __dir__)
   FORK_CHILD = File.expand_path("support/cpu_budget_fork_child.rb", __dir__)
+  FAN_OUT_CHILD = File.expand_path("support/fan_out_child.rb", __dir__)
 
   # Runs the child script in a group with `quota_us` per 100 ms (removed
   # afterwards: benchmark/cgroup.rb), beside `hogs` CPU-bound processes in
@@ -231,6 +232,21 @@ class CpuBudgetTest < Minitest::Test
     assert_equal [2, 1.6], r[:budget].values_at(:cpus, :quota_cpus)
     assert_operator r[:budget][:free_cpus], :<, 0.9
     assert_equal [(0...2000).sum, 0], [r[:sum], r[:stats][:spins]]
+  end
+
+  # In a quota of at most one CPU on a machine of several, a thread that
+  # wakes many parked workers (a job each, each on its own queue) wakes
+  # one per suspension and the rest in turn (sys/park.rs, relayed
+  # wake-ups; Ruby 3.3+): woken together, they run on two CPUs at once and
+  # race for the GVL. Four woken a suspension made 2.9 context switches a
+  # job here, one 1.6-1.7, stock's sleep 2.1-2.2 (Ruby 3.4.5).
+  def test_a_fan_out_in_a_half_cpu_quota_wakes_its_workers_in_turn
+    r = child_under_quota(50_000, script: FAN_OUT_CHILD)
+    assert_equal 300 * (0...32).sum, r[:sum]
+    return unless RUBY_VERSION >= "3.3" && ENV["RUBY_MN_THREADS"] != "1" # no deferred wake-ups
+
+    assert_operator r[:stats][:relayed], :>, 0
+    assert_operator r[:switches_per_job], :<, 2.3
   end
 
   # A forked child (puma's cluster workers) stays in its parent's group

@@ -69,36 +69,33 @@ pub(super) enum Calm {
 
 // Deferred wake-ups. A calm park's waker holds the GVL, and on one CPU the
 // woken thread can do nothing but queue for it until the waker gives it
-// up; so the waker keeps the futex words to wake (up to DEFERRED_MAX, in
-// its native thread's storage) and wakes them when it gives up the GVL:
-// at the start of its own park, spin or other blocking region
-// (`call_without_gvl`), where the woken thread then takes the free GVL,
-// or at any other suspension (an IO wait, a sleep, a Mutex, the timer's
-// switch, its end: Ruby's hook, [`wake_deferred_on_suspension`]), which
-// Ruby reports before it hands the GVL on. On a busy CPU the woken thread
-// would have found the GVL taken. A waker that holds the GVL for longer
-// than the park's limit (10 ms; a CPU quota's period, crate::spin) finds
-// its waiter gone on by itself: the word was set at once. The wake-up
-// may then reach a word whose waiter has left: FUTEX_WAKE uses the
+// up; so the waker keeps the futex word to wake (one, in its native
+// thread's storage; any more go to the relay, `RELAY`) and wakes it when
+// it gives up the GVL: at the start of its own park, spin or other
+// blocking region (`call_without_gvl`), where the woken thread then takes
+// the free GVL, or at any other suspension (an IO wait, a sleep, a Mutex,
+// the timer's switch, its end: Ruby's hook, [`wake_deferred_on_suspension`]),
+// which Ruby reports before it hands the GVL on. On a busy CPU the woken
+// thread would have found the GVL taken. A waker that holds the GVL for
+// longer than the park's limit (10 ms; a CPU quota's period, crate::spin)
+// finds its waiter gone on by itself: the word was set at once. The
+// wake-up may then reach a word whose waiter has left: FUTEX_WAKE uses the
 // address only as a key, and futex(2) has every waiter take a wake-up as
 // possibly spurious, as ours do.
 #[cfg(ruby_thread_event_hooks)]
-const DEFERRED_MAX: usize = 4;
-
-#[cfg(ruby_thread_event_hooks)]
 thread_local! {
-    /// Futex words (tagged addresses, see `TAGS`) whose wake-up this
+    /// The futex word (a tagged address, see `TAGS`) whose wake-up this
     /// thread deferred; 0: none.
-    static DEFERRED: [Cell<usize>; DEFERRED_MAX] = const { [const { Cell::new(0) }; DEFERRED_MAX] };
+    static DEFERRED: Cell<usize> = const { Cell::new(0) };
     /// This thread is in `call_without_gvl`'s blocking region, whose body
-    /// wakes the deferred words once the GVL is given up.
+    /// wakes the deferred word once the GVL is given up.
     static OWN_REGION: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Sets a parked waiter's word and wakes it, or, if the waiter's park
 /// asked so (`Waiter::deferred`), leaves the wake-up to the moment this
-/// thread gives up the GVL, or to the relay ([`RELAY`]: a crowd's waiter
-/// past the first, any once the slots are full). Within a broadcast
+/// thread gives up the GVL, or to the relay ([`RELAY`]: any but the one
+/// this thread keeps). Within a broadcast
 /// (`relay`), the first parked waiter that asked is held; a second has it
 /// woken at once and is relayed, as the rest are. GVL held.
 pub(super) fn wake_parked(w: &Waiter, relay: Option<&mut Relay>) {
@@ -131,27 +128,23 @@ fn defer_or_relay(word: usize) -> bool {
     defer_wake(word) || queue_relay(word)
 }
 
-/// Keeps a tagged futex word to wake later; false if the slots are full,
-/// or if the word is a crowded list's waiter's (`CROWD_TAG`) and the
-/// slots hold one already (see `RELAY`, which takes it then). A crowd's
-/// word in the slots gives way to a calm list's once: it goes back to the
-/// head of the relay (`KEPT_TAG`), and the next time stays.
+/// Keeps a tagged futex word to wake later; false if this thread keeps
+/// one already, unless that is a crowded list's waiter's (`CROWD_TAG`)
+/// and this word a calm list's: the crowd's word gives way once (see
+/// `RELAY`): it goes back to the head of the relay (`KEPT_TAG`), and the
+/// next time stays.
 #[cfg(ruby_thread_event_hooks)]
 fn defer_wake(word: usize) -> bool {
-    DEFERRED.with(|slots| {
-        if let Some(s) = slots.iter().find(|s| s.get() & CROWD_TAG != 0) {
-            if word & CROWD_TAG != 0 {
+    DEFERRED.with(|slot| {
+        let kept = slot.get();
+        if kept != 0 {
+            if kept & (CROWD_TAG | KEPT_TAG) != CROWD_TAG || word & CROWD_TAG != 0 {
                 return false;
             }
-            if s.get() & KEPT_TAG == 0 {
-                relay_first(s.replace(0) | KEPT_TAG);
-            }
+            relay_first(kept | KEPT_TAG);
         }
-        slots
-            .iter()
-            .find(|s| s.get() == 0)
-            .map(|s| s.set(word))
-            .is_some()
+        slot.set(word);
+        true
     })
 }
 
@@ -170,25 +163,30 @@ fn defer_wake(_: usize) -> bool {
 
 // Relayed wake-ups (Ruby 3.3+, where wake-ups are deferred). On one CPU
 // every active wait parks there, whatever its list (`deferral_possible`;
-// not only calm lists, as elsewhere), and its waker wakes at most one
-// crowd's waiter per suspension; the others queue here, in order, and
-// every park that ends (`park_without_gvl`, GVL held) takes the next word
-// and defers its wake-up until its own thread gives up the GVL. So each
-// woken thread runs when the one before it gives up the GVL and finds it
-// free, as in a ping-pong, and as Ruby 3.3's own scheduler hands the GVL
-// to a sleeping thread it woke; a futex wake-up of several at once had
-// each run only to find the GVL taken and queue for it. Which words go
-// where:
+// not only calm lists, as elsewhere), and its waker wakes one waiter per
+// suspension (the word it keeps, `DEFERRED`); the others queue here, in
+// order, and every park that ends (`park_without_gvl`, GVL held) takes the
+// next word and defers its wake-up until its own thread gives up the GVL.
+// So each woken thread runs when the one before it gives up the GVL and
+// finds it free, as in a ping-pong, and as Ruby 3.3's own scheduler hands
+// the GVL to a sleeping thread it woke; a futex wake-up of several at once
+// had each run only to find the GVL taken and queue for it. That holds
+// for two woken at one suspension too, wherever two can run at once: in a
+// CPU quota of at most one CPU on a machine of several. There a thread
+// that handed work to many workers, each on its own queue
+// (concurrent-ruby's pools: cr_zip posts 50 futures), and woke four of
+// them per suspension made half again stock's context switches, and
+// cr_zip ran about 0.9x stock's (docs/design-details.md, "Relayed
+// wake-ups"). Which words go where:
 // - a crowded list's waiter (`WaitList::crowded`: many producers or
-//   consumers): into a free slot if none holds a crowd's word, else here;
-// - a calm list's waiter: into a free slot, where it goes first: a crowd's
-//   word in the slots goes back to the head of the queue (a consumer that
-//   wakes its producer and the next consumer would have them race), but
-//   only once (two threads of a calm ping-pong would pass it back and
-//   forth until its park's limit); here once the slots are full (a thread
-//   that hands work to many workers, each on its own queue, as
-//   concurrent-ruby's pools do: woken at once, each ran only to find the
-//   GVL taken, and cr_zip pinned lost 9%);
+//   consumers): kept if this thread keeps none, else here;
+// - a calm list's waiter: kept if this thread keeps none, or only a
+//   crowd's word, which goes back to the head of the queue (a consumer
+//   that wakes its producer and the next consumer would have them race),
+//   but only once (two threads of a calm ping-pong would pass it back and
+//   forth until its park's limit); else here (woken at once, such
+//   waiters each ran only to find the GVL taken, and cr_zip pinned lost
+//   9%);
 // - a broadcast's: the first is held (`Relay`); if a second comes, the
 //   first is woken at once and the rest queue here, and if none comes it
 //   is deferred as a signal's would be. Woken at once, the first of a
@@ -322,8 +320,8 @@ fn relay_first(word: usize) {
 }
 
 /// At the end of a park (GVL held): defers the wake-up of the next relayed
-/// waiter until this thread gives up the GVL (or wakes it now if the
-/// slots are full).
+/// waiter until this thread gives up the GVL (or wakes it now if this
+/// thread keeps a word already).
 #[cfg(all(ruby_thread_event_hooks, not(test)))]
 fn relay_next() {
     if !RELAY_QUEUED.load(Ordering::Relaxed) {
@@ -358,19 +356,15 @@ pub fn deferral_possible() -> bool {
 #[cfg(ruby_thread_event_hooks)]
 pub(super) fn wake_deferred() {
     keeping_errno(|| {
-        DEFERRED.with(|slots| {
-            for s in slots {
-                let addr = s.replace(0) & !TAGS;
-                if addr != 0 {
-                    futex_wake_key(addr);
-                }
-            }
-        })
+        let addr = DEFERRED.with(|slot| slot.replace(0)) & !TAGS;
+        if addr != 0 {
+            futex_wake_key(addr);
+        }
     });
 }
 
 /// Without Ruby's suspension hook nothing is deferred (`deferring`): every
-/// blocking region would otherwise pay for a look at empty slots.
+/// blocking region would otherwise pay for a look at an empty word.
 #[cfg(not(ruby_thread_event_hooks))]
 #[inline(always)]
 pub(super) fn wake_deferred() {}
@@ -378,7 +372,7 @@ pub(super) fn wake_deferred() {}
 /// A forked child has none of the parent's other threads to wake.
 #[cfg(ruby_thread_event_hooks)]
 pub(super) fn forget_deferred() {
-    DEFERRED.with(|slots| slots.iter().for_each(|s| s.set(0)));
+    DEFERRED.with(|slot| slot.set(0));
 }
 
 #[cfg(not(ruby_thread_event_hooks))]
@@ -478,7 +472,8 @@ fn deferring(_: &Ruby) -> Result<bool, Error> {
                 // Ruby allocates the hook's entry, which can raise
                 // (NoMemoryError): then calm waits count a window again.
                 // SAFETY: the GVL is held (the handle); the hook only reads
-                // and writes this thread's own slots and makes system calls.
+                // and writes this thread's own deferred word and makes system
+                // calls.
                 let installed = protect(|| unsafe {
                     rb_sys::rb_internal_thread_add_event_hook(
                         Some(wake_deferred_on_suspension),
@@ -511,8 +506,8 @@ fn deferring(_: &Ruby) -> Result<bool, Error> {
 ///
 /// # Safety
 /// Only Ruby calls it, as a `RUBY_INTERNAL_THREAD_EVENT_SUSPENDED` hook, on
-/// the suspending native thread. It touches only that thread's own slots
-/// and makes FUTEX_WAKE calls: no Ruby, no allocation, no lock.
+/// the suspending native thread. It touches only that thread's own
+/// deferred word and makes FUTEX_WAKE calls: no Ruby, no allocation, no lock.
 #[cfg(ruby_thread_event_hooks)]
 unsafe extern "C" fn wake_deferred_on_suspension(
     _: rb_sys::rb_event_flag_t,

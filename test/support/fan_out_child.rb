@@ -1,0 +1,36 @@
+# frozen_string_literal: true
+
+# Run by cpu_budget_test.rb inside a cgroup it made: one thread hands a
+# job to each of 32 workers, each waiting on a queue of its own (as
+# concurrent-ruby's pools do, a zip's fan-out), then takes their 32
+# results, 300 rounds. Prints, as JSON: the context switches of all its
+# threads per job over the last 150 rounds (/proc/self/task/<tid>/status),
+# the spin stats and the results' sum.
+require "json"
+require "rapid_thread"
+
+def switches
+  Dir["/proc/self/task/*/status"].sum do |f|
+    File.read(f).scan(/^(?:non)?voluntary_ctxt_switches:\s*(\d+)/).sum { |(n)| n.to_i }
+  rescue Errno::ENOENT # a thread that ended
+    0
+  end
+end
+
+workers = 32
+rounds = 300
+counted = 150
+results = RapidThread::Queue.new
+queues = Array.new(workers) { RapidThread::Queue.new }
+threads = queues.map { |q| Thread.new { while (job = q.pop) do results << job end } }
+sum = 0
+was = nil
+rounds.times do |i|
+  was = switches if i == rounds - counted
+  queues.each_with_index { |q, j| q << j }
+  workers.times { sum += results.pop }
+end
+per_job = (switches - was).fdiv(counted * workers)
+queues.each(&:close)
+threads.each(&:join)
+puts JSON.generate(switches_per_job: per_job.round(2), stats: RapidThread.spin_stats, sum: sum)
