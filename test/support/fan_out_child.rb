@@ -5,7 +5,7 @@
 # concurrent-ruby's pools do, a zip's fan-out), then takes their 32
 # results, 300 rounds. Prints, as JSON: the context switches of all its
 # threads per job over the last 150 rounds (/proc/self/task/<tid>/status),
-# the spin stats and the results' sum.
+# the spin stats, the CPU budget the gem found and the results' sum.
 require "json"
 require "rapid_thread"
 
@@ -33,4 +33,5 @@ end
 per_job = (switches - was).fdiv(counted * workers)
 queues.each(&:close)
 threads.each(&:join)
-puts JSON.generate(switches_per_job: per_job.round(2), stats: RapidThread.spin_stats, sum: sum)
+puts JSON.generate(switches_per_job: per_job.round(2), stats: RapidThread.spin_stats,
+                   budget: RapidThread.cpu_budget.slice(:cpus, :quota_cpus), sum: sum)

@@ -593,9 +593,9 @@ pub struct Stats {
     pub spin_parks: u64,
     /// Whether waits are in a quiet period now.
     pub quiet: bool,
-    /// Wake-ups of parked waiters relayed by the end of a park (a crowd's
-    /// past the first, a broadcast's, any past a waker's slots:
-    /// `sys::park`, relayed wake-ups).
+    /// Wake-ups of parked waiters relayed by the end of a park (any but
+    /// the one a waker keeps, a broadcast's: `sys::park`, relayed
+    /// wake-ups).
     pub relayed: u64,
     /// Parks that ran out their limit before their wake-up came
     /// (`sys::park_timeouts`).

@@ -129,21 +129,20 @@ fn defer_or_relay(word: usize) -> bool {
 }
 
 /// Keeps a tagged futex word to wake later; false if this thread keeps
-/// one already, unless that is a crowded list's waiter's (`CROWD_TAG`)
-/// and this word a calm list's: the crowd's word gives way once (see
-/// `RELAY`): it goes back to the head of the relay (`KEPT_TAG`), and the
-/// next time stays.
+/// one that this word may not displace (which words go where: `RELAY`).
 #[cfg(ruby_thread_event_hooks)]
 fn defer_wake(word: usize) -> bool {
-    DEFERRED.with(|slot| {
-        let kept = slot.get();
+    DEFERRED.with(|deferred| {
+        let kept = deferred.get();
         if kept != 0 {
-            if kept & (CROWD_TAG | KEPT_TAG) != CROWD_TAG || word & CROWD_TAG != 0 {
+            // Only a crowd's word that never gave way gives way, and
+            // only to a calm list's.
+            if kept & TAGS != CROWD_TAG || word & CROWD_TAG != 0 {
                 return false;
             }
             relay_first(kept | KEPT_TAG);
         }
-        slot.set(word);
+        deferred.set(word);
         true
     })
 }
@@ -171,22 +170,17 @@ fn defer_wake(_: usize) -> bool {
 // finds it free, as in a ping-pong, and as Ruby 3.3's own scheduler hands
 // the GVL to a sleeping thread it woke; a futex wake-up of several at once
 // had each run only to find the GVL taken and queue for it. That holds
-// for two woken at one suspension too, wherever two can run at once: in a
-// CPU quota of at most one CPU on a machine of several. There a thread
-// that handed work to many workers, each on its own queue
-// (concurrent-ruby's pools: cr_zip posts 50 futures), and woke four of
-// them per suspension made half again stock's context switches, and
-// cr_zip ran about 0.9x stock's (docs/design-details.md, "Relayed
-// wake-ups"). Which words go where:
+// for two woken at one suspension too, wherever two can run at once (a
+// CPU quota of at most one CPU on a machine of several), so a thread
+// keeps one (docs/design-details.md, "One deferred wake-up a thread").
+// Which words go where:
 // - a crowded list's waiter (`WaitList::crowded`: many producers or
 //   consumers): kept if this thread keeps none, else here;
 // - a calm list's waiter: kept if this thread keeps none, or only a
 //   crowd's word, which goes back to the head of the queue (a consumer
 //   that wakes its producer and the next consumer would have them race),
 //   but only once (two threads of a calm ping-pong would pass it back and
-//   forth until its park's limit); else here (woken at once, such
-//   waiters each ran only to find the GVL taken, and cr_zip pinned lost
-//   9%);
+//   forth until its park's limit); else here;
 // - a broadcast's: the first is held (`Relay`); if a second comes, the
 //   first is woken at once and the rest queue here, and if none comes it
 //   is deferred as a signal's would be. Woken at once, the first of a
@@ -203,7 +197,7 @@ fn defer_wake(_: usize) -> bool {
 // ends by itself within its limit (10 ms, or a quota's period). Every
 // queued word's own park takes one word when it ends, however it ends
 // (a word put back at the head is matched by the calm waiter's park that
-// took its slot), so the queue empties as they go on; a word whose
+// took its place), so the queue empties as they go on; a word whose
 // waiter went on first (its limit) gets a FUTEX_WAKE that is spurious,
 // as a deferred one can be (see above), and the word its park took
 // instead waits one park more. So a waiter can wait behind the queue,
@@ -350,13 +344,13 @@ pub fn deferral_possible() -> bool {
     false
 }
 
-/// Wakes the futex words this thread deferred, keeping errno (the wait
+/// Wakes the futex word this thread deferred, keeping errno (the wait
 /// that follows may read it). Not for a signal handler (only Ruby's hook
 /// and our own regions call it).
 #[cfg(ruby_thread_event_hooks)]
 pub(super) fn wake_deferred() {
     keeping_errno(|| {
-        let addr = DEFERRED.with(|slot| slot.replace(0)) & !TAGS;
+        let addr = DEFERRED.with(|deferred| deferred.replace(0)) & !TAGS;
         if addr != 0 {
             futex_wake_key(addr);
         }
@@ -372,14 +366,14 @@ pub(super) fn wake_deferred() {}
 /// A forked child has none of the parent's other threads to wake.
 #[cfg(ruby_thread_event_hooks)]
 pub(super) fn forget_deferred() {
-    DEFERRED.with(|slot| slot.set(0));
+    DEFERRED.with(|deferred| deferred.set(0));
 }
 
 #[cfg(not(ruby_thread_event_hooks))]
 pub(super) fn forget_deferred() {}
 
-/// Runs `f` (which releases the GVL and wakes the deferred words itself)
-/// with Ruby's suspension hook told to leave them.
+/// Runs `f` (which releases the GVL and wakes the deferred word itself)
+/// with Ruby's suspension hook told to leave it.
 #[cfg(ruby_thread_event_hooks)]
 pub(super) fn in_own_region<R>(f: impl FnOnce() -> R) -> R {
     let outer = OWN_REGION.replace(true);
