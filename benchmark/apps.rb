@@ -87,7 +87,7 @@ OptionParser.new do |o|
   o.on("--side SPEC") do |v|
     name, env = v.split("=", 2)
     opts[:extra][name] = env.split(",").to_h { |kv| kv.split("=", 2) }
-    opts[:sides] << name
+    opts[:sides] << name unless opts[:sides].include?(name) # named in --sides too: run once
   end
   o.on("--env KV") { |v| (opts[:env] ||= {}).store(*v.split("=", 2)) }
   o.on("--from-json PATH") { |v| opts[:from] = v }
@@ -307,7 +307,8 @@ def print_table(data)
       rps = [m.(s, :rps), m.(g, :rps)]
       p99 = [m.(s, :p99), m.(g, :p99)]
       ratio = ->(a, z) { a && z && z > 0 ? a / z : nil }
-      puts "| #{name} | #{fmt(rps[0] / 1000.0)}k / #{fmt(rps[1] / 1000.0)}k | **#{fmt(ratio.(rps[1], rps[0]), 2)}x** | " \
+      kilo = ->(v) { v && v / 1000.0 } # a side not run (--sides without stock) has no median
+      puts "| #{name} | #{fmt(kilo.(rps[0]))}k / #{fmt(kilo.(rps[1]))}k | **#{fmt(ratio.(rps[1], rps[0]), 2)}x** | " \
            "#{fmt(m.(s, :p50), 2)} / #{fmt(m.(g, :p50), 2)} | #{fmt(m.(s, :p90))} / #{fmt(m.(g, :p90))} | " \
            "#{fmt(p99[0])} / #{fmt(p99[1])} | **#{fmt(ratio.(p99[1], p99[0]), 2)}x** | " \
            "#{fmt(m.(s, :cpu_us_per_req), 0)} / #{fmt(m.(g, :cpu_us_per_req), 0)} | " \
