@@ -177,7 +177,7 @@ class SpinPolicyTest < Minitest::Test
   # straight to Ruby's sleep (about 2,000).
   def test_a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process
     skip "the portable build does not park" unless PARKS
-    out = child_output("spin_policy/a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process", cpu: 0)
-    assert_equal "true\n", out
+    parks = Integer(child_output("spin_policy/a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process", cpu: 0))
+    assert_operator parks, :>, 3000
   end
 end
