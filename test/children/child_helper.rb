@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # Bounded waits for the child scripts under test/children (run by
-# test_helper.rb's run_ruby / child_output). It loads nothing, starts no
+# test_helper.rb's run_ruby / child_output), and their context-switch
+# counts (also test/support's fan-out child). It loads nothing, starts no
 # thread and installs no hook, trap or at_exit handler: a script that
 # requires it tests what it tested without it. Its methods are top-level
 # (private methods of Object), so threads, trap handlers and Ractors of the
@@ -42,4 +43,20 @@ def wait_until(limit = CHILD_WAIT_LIMIT, what = "condition", &condition)
   return value if value
 
   raise ChildWaitTimeout, "timed out after #{limit}s waiting for #{what}", caller
+end
+
+# Context switches, voluntary and not, of this process's thread `tid`
+# (its native thread id; /proc/self/task/<tid>/status).
+def context_switches(tid)
+  File.read("/proc/self/task/#{tid}/status").scan(/^(?:non)?voluntary_ctxt_switches:\s*(\d+)/).sum { |(n)| n.to_i }
+end
+
+# The same, summed over the process's threads now (one that ends meanwhile
+# counts none).
+def all_context_switches
+  Dir["/proc/self/task/*"].sum do |task|
+    context_switches(File.basename(task))
+  rescue Errno::ENOENT # a thread that ended
+    0
+  end
 end

@@ -8,14 +8,7 @@
 # the spin stats, the CPU budget the gem found and the results' sum.
 require "json"
 require "rapid_thread"
-
-def switches
-  Dir["/proc/self/task/*/status"].sum do |f|
-    File.read(f).scan(/^(?:non)?voluntary_ctxt_switches:\s*(\d+)/).sum { |(n)| n.to_i }
-  rescue Errno::ENOENT # a thread that ended
-    0
-  end
-end
+require_relative "../children/child_helper"
 
 workers = 32
 rounds = 300
@@ -26,11 +19,11 @@ threads = queues.map { |q| Thread.new { while (job = q.pop) do results << job en
 sum = 0
 was = nil
 rounds.times do |i|
-  was = switches if i == rounds - counted
+  was = all_context_switches if i == rounds - counted
   queues.each_with_index { |q, j| q << j }
   workers.times { sum += results.pop }
 end
-per_job = (switches - was).fdiv(counted * workers)
+per_job = (all_context_switches - was).fdiv(counted * workers)
 queues.each(&:close)
 threads.each(&:join)
 puts JSON.generate(switches_per_job: per_job.round(2), stats: RapidThread.spin_stats,

@@ -12,8 +12,6 @@
 require_relative "../child_helper"
 require "rapid_thread"
 
-def switches(tid) = File.read("/proc/self/task/#{tid}/status").scan(/^(?:non)?voluntary_ctxt_switches:\s*(\d+)/).sum { |(n)| n.to_i }
-
 # An event as concurrent-ruby's: set / wait / reset under one mutex.
 class Event
   def initialize
@@ -47,7 +45,7 @@ counted = []
 rounds.times do |i|
   if i == rounds - 2001 || i == rounds - 1
     both << tid if both.size == 1
-    counted << both.sum { |t| switches(t) }
+    counted << both.sum { |t| context_switches(t) }
   end
   mine.set
   theirs.wait

@@ -19,7 +19,6 @@ require "rapid_thread"
 
 POLICIES = { 0 => "other", 3 => "batch" }.freeze
 def policy(tid) = POLICIES.fetch(File.read("/proc/self/task/#{tid}/stat").split(") ").last.split[38].to_i)
-def switches(tid) = File.read("/proc/self/task/#{tid}/status").scan(/^(?:non)?voluntary_ctxt_switches:\s*(\d+)/).sum { |(n)| n.to_i }
 
 system("chrt", "--batch", "-p", "0", Process.pid.to_s, exception: true) if ARGV[0] == "batch"
 ping = RapidThread::Queue.new
@@ -50,12 +49,12 @@ parked = 200.times.map do |i|
   policy(tid)
 end
 both = [Thread.main.native_thread_id, tid]
-before = both.sum { |t| switches(t) }
+before = both.sum { |t| context_switches(t) }
 2000.times do |i|
   ping << i
   pong.pop
 end
-after = both.sum { |t| switches(t) }
+after = both.sum { |t| context_switches(t) }
 ping << nil
 pong.pop
 Thread.pass until echo.stop?
