@@ -84,6 +84,18 @@ require_relative "support/compact_everything"
 # (`compaction_check`) run in a fresh child process.
 IN_PROCESS_COMPACTION = RUBY_VERSION >= "3.3"
 
+# The failure of a test that ran past TEST_TIMEOUT. Timeout builds it in
+# its own thread while the test's threads are still where they hung, so
+# its message says where each was: a hang seen once in CI can be read.
+class TestHung < Minitest::Assertion
+  def initialize(message = nil)
+    stacks = Thread.list.map do |t|
+      ["#{t.inspect}:", *(t.backtrace || []).first(20)].join("\n    ")
+    end
+    super([message, "threads as the limit passed:", *stacks].join("\n  "))
+  end
+end
+
 module RapidThreadTestHelpers
   # A call made ill-typed on purpose (to compare the gem's exception with
   # stock's): under RAPID_THREAD_RBS it runs without the type checks.
@@ -300,7 +312,7 @@ class RapidThreadTest < Minitest::Test
   # failed a later test's own check (docs/design-details.md, "A heap
   # check that failed once").
   def run(*)
-    Timeout.timeout(TEST_TIMEOUT, Minitest::Assertion, "test exceeded #{TEST_TIMEOUT}s") do
+    Timeout.timeout(TEST_TIMEOUT, TestHung, "test exceeded #{TEST_TIMEOUT}s") do
       GC.stress = GC_STRESS if GC_STRESS
       super
     ensure
