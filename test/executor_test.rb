@@ -134,6 +134,9 @@ class ExecutorTest < RapidThreadTest
   def test_the_reaper_stops_idle_workers_only
     ex = executor(idletime: 3600)
     look = -> { ex.instance_variable_get(:@lock).synchronize { ex.send(:ns_stop_idle_workers) } }
+    # Each worker's [tasks completed, waits for a job, count at the last
+    # look], for a failure's message: a run here once kept three workers.
+    marks = -> { ex.instance_variable_get(:@lock).synchronize { ex.instance_variable_get(:@tasks).values.map { _1[2..4] } } }
     queue = ex.instance_variable_get(:@queue)
     stops = -> { ex.instance_variable_get(:@stops) }
     long = gate
@@ -151,9 +154,11 @@ class ExecutorTest < RapidThreadTest
     ex.post { started << :again }
     assert_equal :again, started.pop
     wait_until { ex.completed_task_count == 6 && queue.num_waiting == 5 }
+    before = marks.call
     look.call # four waited the whole window; one ran a task in it
+    looked = [stops.call, marks.call]
     wait_until { stops.call.zero? }
-    assert_equal [0, 2], [queue.size, ex.length]
+    assert_equal [0, 2], [queue.size, ex.length], "before the look #{before}; after it #{looked}; now #{marks.call}"
     look.call # now the fifth; never the one running
     wait_until { stops.call.zero? }
     assert_equal 1, ex.length
