@@ -133,12 +133,16 @@ class ExecutorTest < RapidThreadTest
   # of a look ends (not one per look).
   def test_the_reaper_stops_idle_workers_only
     ex = executor(idletime: 3600)
-    look = -> { ex.instance_variable_get(:@lock).synchronize { ex.send(:ns_stop_idle_workers) } }
-    # Each worker's [tasks completed, waits for a job, count at the last
-    # look], for a failure's message: a run here once kept three workers.
-    marks = -> { ex.instance_variable_get(:@lock).synchronize { ex.instance_variable_get(:@tasks).values.map { _1[2..4] } } }
+    lock = ex.instance_variable_get(:@lock)
     queue = ex.instance_variable_get(:@queue)
     stops = -> { ex.instance_variable_get(:@stops) }
+    # A look; the STOPs it queued (counted under its lock, before a worker
+    # takes one).
+    look = -> { lock.synchronize { was = stops.call; ex.send(:ns_stop_idle_workers); stops.call - was } }
+    # Each worker's [thread's object_id, tasks completed, waits for a job,
+    # count at the last look], for a failure's message: a run here once
+    # kept three workers.
+    marks = -> { lock.synchronize { ex.instance_variable_get(:@tasks).values.map { [_1[1].object_id, *_1[2..4]] } } }
     long = gate
     short = gate
     started = GemQueue.new
@@ -155,10 +159,9 @@ class ExecutorTest < RapidThreadTest
     assert_equal :again, started.pop
     wait_until { ex.completed_task_count == 6 && queue.num_waiting == 5 }
     before = marks.call
-    look.call # four waited the whole window; one ran a task in it
-    looked = [stops.call, marks.call]
+    pushed = look.call # four waited the whole window; one ran a task in it
     wait_until { stops.call.zero? }
-    assert_equal [0, 2], [queue.size, ex.length], "before the look #{before}; after it #{looked}; now #{marks.call}"
+    assert_equal [0, 2], [queue.size, ex.length], "#{pushed} STOPs; marks before the look #{before}, now #{marks.call}"
     look.call # now the fifth; never the one running
     wait_until { stops.call.zero? }
     assert_equal 1, ex.length
@@ -295,8 +298,8 @@ class ExecutorTest < RapidThreadTest
       other << :killed
     end
     # Its block has begun: a kill between a worker's taking a task and
-    # the block's start ends the task unrun, without its ensure (seen
-    # once in about 400 runs when this waited for the worker only).
+    # the block's start ends the task unrun, without its ensure (4 hangs
+    # in about 5,000 runs when this waited for the worker only).
     started.pop
     after = GemQueue.new
     ex.post do

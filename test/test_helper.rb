@@ -84,15 +84,18 @@ require_relative "support/compact_everything"
 # (`compaction_check`) run in a fresh child process.
 IN_PROCESS_COMPACTION = RUBY_VERSION >= "3.3"
 
-# The failure of a test that ran past TEST_TIMEOUT. Timeout builds it in
-# its own thread while the test's threads are still where they hung, so
-# its message says where each was: a hang seen once in CI can be read.
-class TestHung < Minitest::Assertion
-  def initialize(message = nil)
-    stacks = Thread.list.map do |t|
-      ["#{t.inspect}:", *(t.backtrace || []).first(20)].join("\n    ")
-    end
-    super([message, "threads as the limit passed:", *stacks].join("\n  "))
+# What a test that runs past TEST_TIMEOUT raises: a Minitest::Assertion
+# (minitest counts failures by that exact class) whose message says where
+# each thread was. Timeout builds it in its own thread (Thread#raise calls
+# `exception`) while the test's threads are still where they hung, so a
+# hang seen once in CI can be read.
+module TestHung
+  def self.exception(message)
+    stacks = Thread.list.map { |t| ["#{t.inspect}:", *t.backtrace(0, 20)].join("\n    ") }
+    Minitest::Assertion.new([message, "threads as the limit passed:", *stacks].join("\n  ")).extend(self)
+  rescue Exception => e # rubocop:disable Lint/RescueException
+    # A dump that fails must not cost the timeout itself.
+    Minitest::Assertion.new("#{message} (no thread dump: #{e.class})").extend(self)
   end
 end
 

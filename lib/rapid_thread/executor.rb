@@ -111,8 +111,8 @@ module RapidThread
 
     # Drops what is queued and kills the tasks running (as concurrent-ruby's
     # thread pools do): shut down at once. A task a worker has taken but
-    # not yet begun is dropped with its worker, as a queued one is. A task
-    # that kills its own executor is killed last.
+    # not yet begun may be dropped with its worker, as a queued one is. A
+    # task that kills its own executor is killed last.
     def kill
       doomed = synchronize do
         next [] if @state == :shutdown
