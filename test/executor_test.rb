@@ -132,10 +132,7 @@ class ExecutorTest < RapidThreadTest
   # ran a task since the last look or runs one now, and every idle worker
   # of a look ends (not one per look).
   def test_the_reaper_stops_idle_workers_only
-    # What reaches on_error, for a failure's message (with @stops): CI's
-    # 3.4.5 GC.stress run once found a worker that the look passed over
-    # and that then neither left nor ran a task.
-    errors = []
+    errors = [] # what reaches on_error, for a failure's message
     ex = executor(idletime: 3600, on_error: ->(e) { errors << e })
     lock = ex.instance_variable_get(:@lock)
     queue = ex.instance_variable_get(:@queue)
@@ -144,9 +141,9 @@ class ExecutorTest < RapidThreadTest
     # takes one).
     look = -> { lock.synchronize { was = stops.call; ex.send(:ns_stop_idle_workers); stops.call - was } }
     # Each worker's [thread's object_id, tasks completed, waits for a job,
-    # count at the last look], for a failure's message: a run here once
-    # kept three workers.
-    marks = -> { lock.synchronize { ex.instance_variable_get(:@tasks).values.map { [_1[1].object_id, *_1[2..4]] } } }
+    # count at the last look], for a failure's message.
+    tasks = ex.instance_variable_get(:@tasks)
+    marks = -> { lock.synchronize { tasks.values.map { [_1[1].object_id, *_1[2..4]] } } }
     long = gate
     short = gate
     started = GemQueue.new
@@ -163,6 +160,18 @@ class ExecutorTest < RapidThreadTest
     assert_equal :again, started.pop
     wait_until { ex.completed_task_count == 6 && queue.num_waiting == 5 }
     before = marks.call
+    # From here each STOP is taken as soon as it is pushed, before the
+    # look goes on (as when the look loses the GVL after a push, seen in
+    # CI under GC.stress): a look that queued STOPs as it counted passed
+    # over the worker that took one, and kept an idle worker.
+    busy = -> { tasks.each_value.count { !_1[3] } }
+    waiting_for = method(:wait_until)
+    queue.singleton_class.prepend(Module.new do
+      define_method(:push) do |job|
+        was = busy.call
+        super(job).tap { waiting_for.call { busy.call > was } }
+      end
+    end)
     pushed = look.call # four waited the whole window; one ran a task in it
     wait_until { stops.call.zero? }
     assert_equal [0, 2], [queue.size, ex.length],

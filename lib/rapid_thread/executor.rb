@@ -329,7 +329,9 @@ module RapidThread
           end
           break unless @state == :running
 
-          ns_stop_idle_workers
+          # (A kill between counting STOPs and queueing them would leave
+          # @stops wrong for good.)
+          Thread.handle_interrupt(Object => :never) { ns_stop_idle_workers }
         end
         @reaper = nil if @reaper.equal?(token)
         ended = true
@@ -347,14 +349,17 @@ module RapidThread
       end
     end
 
+    # Counts the idle workers first, then queues their STOPs: a push can
+    # let a woken worker take its STOP at once, and a look that pushed as
+    # it went passed over that worker (no longer waiting), one STOP short.
     def ns_stop_idle_workers
+      idle = 0
       @tasks.each_value do |w|
-        if w[3] && w[2] == w[4]
-          @stops += 1
-          @queue.push(STOP)
-        end
+        idle += 1 if w[3] && w[2] == w[4]
         w[4] = w[2]
       end
+      @stops += idle
+      idle.times { @queue.push(STOP) }
     end
 
     # A worker's loop. `me`: its Task (set before the loop can look), its
