@@ -88,7 +88,8 @@ IN_PROCESS_COMPACTION = RUBY_VERSION >= "3.3"
 # (minitest counts failures by that exact class) whose message says where
 # each thread was. Timeout builds it in its own thread (Thread#raise calls
 # `exception`) while the test's threads are still where they hung, so a
-# hang seen once in CI can be read.
+# hang seen once in CI can be read. It is extended with TestHung so that
+# Timeout's own `rescue klass` (Ruby 3.1's timeout.rb) still matches it.
 module TestHung
   def self.exception(message)
     stacks = Thread.list.map { |t| ["#{t.inspect}:", *t.backtrace(0, 20)].join("\n    ") }
