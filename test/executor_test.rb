@@ -145,14 +145,20 @@ class ExecutorTest < RapidThreadTest
     tasks = ex.instance_variable_get(:@tasks)
     marks = -> { lock.synchronize { tasks.values.map { [_1[1].object_id, *_1[2..4]] } } }
     long = gate
-    short = gate
+    short = Array.new(5) { gate }
     started = GemQueue.new
     ex.post { started << :long; long.pop }
     assert_equal :long, started.pop
-    5.times { ex.post { started << :short; short.pop } }
-    5.times { started.pop }
-    5.times { short << 1 }
-    wait_until { ex.completed_task_count == 5 && queue.num_waiting == 5 }
+    5.times { |i| ex.post { started << [Thread.current, i]; short[i].pop } }
+    short_of = Array.new(5) { started.pop }.to_h
+    # Released last worker first, so that they wait in the reverse of the
+    # look's order: a STOP it pushes then wakes a worker it has not
+    # reached yet (see below).
+    tasks.each_value.map { _1[1] }.reverse.select { short_of.key?(_1) }.each_with_index do |t, n|
+      short[short_of[t]] << 1
+      wait_until { queue.num_waiting == n + 1 }
+    end
+    wait_until { ex.completed_task_count == 5 }
     assert_equal 6, ex.length
     look.call # the first look marks them
     assert_equal 0, queue.size
@@ -163,7 +169,7 @@ class ExecutorTest < RapidThreadTest
     # From here each STOP is taken as soon as it is pushed, before the
     # look goes on (as when the look loses the GVL after a push, seen in
     # CI under GC.stress): a look that queued STOPs as it counted passed
-    # over the worker that took one, and kept an idle worker.
+    # over the workers that took them, and kept idle workers.
     busy = -> { tasks.each_value.count { !_1[3] } }
     waiting_for = method(:wait_until)
     queue.singleton_class.prepend(Module.new do

@@ -245,8 +245,9 @@ module RapidThread
       true
     end
 
-    # Jobs queued: the queue less its STOPs, which it holds or a worker has
-    # taken and not yet counted out (then this reads one low, even below 0).
+    # Jobs queued: the queue less its STOPs, which it holds or workers have
+    # taken and not yet counted out (then this reads low by those, even
+    # below 0).
     def ns_jobs_queued
       @queue.size - @stops
     end
