@@ -24,6 +24,28 @@ pub fn note_gvl_release() {
     GVL_RELEASES.fetch_add(1, Ordering::AcqRel);
 }
 
+/// When one of our waits last set out to block (a park, or Ruby's sleep;
+/// `monotonic_ns`, 0: never), stamped before it gives up the GVL, so
+/// before any thread it woke can go on. A woken parked waiter reads it to
+/// tell how long its waker ran on after the wake-up, apart from how long
+/// the machine took to switch to it (`WaitList::calm`). A spin keeps its
+/// CPU, and stamps nothing. Any thread's, any Ractor's: another's block
+/// can only make a hand-off look prompt.
+static LAST_BLOCK_NS: AtomicU64 = AtomicU64::new(0);
+
+/// One of our waits is about to block: stamps `LAST_BLOCK_NS` and returns
+/// the stamp. GVL held.
+#[inline]
+pub fn note_block() -> u64 {
+    let now = monotonic_ns();
+    LAST_BLOCK_NS.store(now, Ordering::Relaxed);
+    now
+}
+
+pub fn last_block_ns() -> u64 {
+    LAST_BLOCK_NS.load(Ordering::Relaxed)
+}
+
 /// Whether the current thread is the only live thread.
 pub fn thread_alone(_: &Ruby) -> bool {
     // SAFETY: a plain query, GVL held (the handle).

@@ -21,7 +21,7 @@
 use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 #[cfg(ruby_thread_event_hooks)]
 use magnus::rb_sys::protect;
@@ -42,12 +42,12 @@ use super::*;
 /// the waker runs on, it cost more than it saved: there a woken thread
 /// that runs at once queues for the GVL in wake-up order
 /// (docs/design-details.md, "Parking: wake-ups that do not preempt").
-fn park_phase(w: &Waiter, limit: Duration, calm: Calm) {
+fn park_phase(w: &Waiter, limit: Duration, calm: Calm, start_ns: u64) {
     // A spinner waiting for its waker to give up the GVL may be waiting
     // for us.
     note_gvl_release();
     let _calm = (calm == Calm::Batch).then(WakeupPreemptionOff::new);
-    sleep_on_word(w, limit);
+    sleep_on_word(w, limit, start_ns);
 }
 
 /// How a calm park's wake-up keeps from preempting its waker.
@@ -552,15 +552,14 @@ fn atoi(v: &[u8]) -> i64 {
 }
 
 /// Sleeps on the waiter's futex word until it is set (and its wake-up
-/// came) or `limit` passes.
-fn sleep_on_word(w: &Waiter, limit: Duration) {
-    let start = Instant::now();
+/// came) or `limit` passes from `start_ns` (`monotonic_ns`).
+fn sleep_on_word(w: &Waiter, limit: Duration, start_ns: u64) {
     // The waker sets the word before it wakes the futex, and the unblock
     // function too, so a wake-up or interrupt that lands between the look
     // at the word and FUTEX_WAIT makes it return at once.
     let mut ran_out = false;
     while w.park_word.load(Ordering::SeqCst) == 0 {
-        let spent = start.elapsed();
+        let spent = Duration::from_nanos(monotonic_ns().saturating_sub(start_ns));
         if spent >= limit {
             break;
         }
@@ -583,7 +582,7 @@ pub(super) fn park_after_spin(w: &Waiter, limit: Duration) -> bool {
     if w.signaled.load(Ordering::SeqCst) || w.interrupted.load(Ordering::SeqCst) {
         return false;
     }
-    sleep_on_word(w, limit);
+    sleep_on_word(w, limit, monotonic_ns());
     true
 }
 
@@ -631,12 +630,14 @@ pub fn park_without_gvl(w: &Waiter, limit: Duration, calm: bool) -> Result<(), E
     // released until it is taken back.
     w.parked.set(true);
     w.deferred.set(calm == Calm::Deferred);
+    // The park's limit runs from here (the stamp saves a clock read).
+    let start_ns = note_block();
     // SAFETY: the waiter outlives the call; the unblock function only
     // touches the waiter's atomics and wakes its futex; park_phase
     // does not touch Ruby.
     unsafe {
         call_without_gvl(
-            || park_phase(w, limit, calm),
+            || park_phase(w, limit, calm, start_ns),
             interrupt_waiter,
             w as *const Waiter as *const c_void,
         )

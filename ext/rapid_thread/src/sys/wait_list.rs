@@ -385,19 +385,28 @@ pub struct WaitList {
     /// `forget_all`. A crowd's parked waiters are woken one per
     /// suspension of their waker, the rest relayed (sys::park).
     crowded: bool,
-    /// The share of its woken parked waiters that went on later than
-    /// [`PROMPT_HANDOFF_NS`] after their signal, in 65536ths, a moving
-    /// average over about the last 32 (fine enough to decay to 0).
+    /// The share of its woken parked waiters whose waker ran on for more
+    /// than [`PROMPT_HANDOFF_NS`] after their signal (or, not seen to
+    /// block, that went on later than [`PROMPT_GO_ON_NS`]), in 65536ths, a
+    /// moving average over about the last 32 (fine enough to decay to 0).
     late_share: u32,
 }
 
-/// A woken waiter that went on (took the GVL, its mutex) within this long
-/// of its signal had a waker that blocked right after the wake-up, as in
-/// a ping-pong (under 10 µs for nearly all hand-offs of the pinned
-/// ping-pong rows; 10-100 µs for most where one producer and many
-/// consumers meet: docs/design-details.md, "Parking: wake-ups that do
-/// not preempt").
+/// A waker that blocked in one of our waits within this long of its
+/// wake-up blocked right after it, as in a ping-pong (under 1 µs for 99%
+/// of the pinned ping-pong rows' hand-offs; 1-31 µs, half of them over 8,
+/// where one producer feeds ten consumers). Measured to the waker's
+/// block (`sys::last_block_ns`), not to when the woken waiter went on,
+/// which adds the machine's switch between them: a pinned ping-pong's
+/// took 1-7 µs on one VM, 20-30 µs on another (docs/design-details.md,
+/// "Parking: wake-ups that do not preempt").
 const PROMPT_HANDOFF_NS: u64 = 10_000;
+
+/// Where no wait of ours blocked after the wake-up (its waker blocked in
+/// Ruby's own code: a stock Queue, IO), the bar for the time until the
+/// woken waiter went on, which holds that switch: [`PROMPT_HANDOFF_NS`]
+/// and room for the slower VM's.
+const PROMPT_GO_ON_NS: u64 = 50_000;
 
 /// When any wait list of the process last woke someone (`monotonic_ns`;
 /// 0: never), and the waker's CPU. A list that has never woken anyone (a
@@ -444,11 +453,11 @@ impl WaitList {
     }
 
     /// Whether its hand-offs look like a ping-pong's: it has never held two
-    /// waiters at once, and its woken parked waiters have mostly gone on
-    /// within [`PROMPT_HANDOFF_NS`] of their signal (fewer than a quarter
-    /// late, lately; a run of nine late ones, such as a pause for a GC,
-    /// is not enough). Where one CPU runs the waker and the woken, a
-    /// parked waiter of a calm list need not preempt its waker
+    /// waiters at once, and the wakers of its woken parked waiters have
+    /// mostly blocked right after the wake-up (fewer than a quarter late,
+    /// lately, see `late_share`; a run of nine late ones, such as a pause
+    /// for a GC, is not enough). Where one CPU runs the waker and the
+    /// woken, a parked waiter of a calm list need not preempt its waker
     /// (sys::park). Where wake-ups are deferred (Ruby 3.3+, not under M:N
     /// threads) none preempts, and every list's waits park
     /// (`wait::first_step`); elsewhere on 3.3+ only a calm list's do
@@ -711,15 +720,23 @@ impl WaitList {
             self.in_flight = self.in_flight.saturating_sub(1);
             let head = w.head();
             if head.parked_first.get() {
+                // Its waker ran on until one of our waits blocked after the
+                // signal (on one CPU, the waker's); if none did, the time
+                // until now holds the switch to this thread too.
                 let at = head.signaled_at.load(Ordering::Relaxed);
-                self.note_handoff(monotonic_ns().saturating_sub(at) > PROMPT_HANDOFF_NS);
+                let blocked = last_block_ns();
+                self.note_handoff(if blocked >= at {
+                    blocked - at > PROMPT_HANDOFF_NS
+                } else {
+                    monotonic_ns().saturating_sub(at) > PROMPT_GO_ON_NS
+                });
             }
         }
         self.waiting = self.waiting.saturating_sub(1);
     }
 
-    /// Counts a woken parked waiter that went on `late` or promptly (see
-    /// `late_share`).
+    /// Counts a woken parked waiter whose waker ran on `late` or blocked
+    /// promptly (see `late_share`).
     fn note_handoff(&mut self, late: bool) {
         self.late_share = self.late_share - self.late_share / 32 + if late { 2048 } else { 0 };
     }
@@ -898,23 +915,44 @@ mod tests {
         while_enlisted(&cell, list, &w, || assert!(!w.list_calm()));
     }
 
-    /// Ten woken parked waiters that each went on 50 µs after their
-    /// signal (`leave` measures): not calm. The same waits, not parked,
-    /// say nothing.
+    /// Ten woken parked waiters that each went on 100 µs after their
+    /// signal (`leave` measures): not calm if no wait of ours blocked in
+    /// between, or one did only at the end (the waker ran on); calm if one
+    /// blocked right after the signal (the 100 µs were the machine's, on
+    /// its way to the woken thread). The same waits, not parked, say
+    /// nothing.
     #[test]
-    fn late_parked_hand_offs_make_a_list_not_calm() {
+    fn parked_hand_offs_are_late_when_their_waker_ran_on() {
         let _serial = serial();
-        for parked in [false, true] {
+        let pause = || std::thread::sleep(std::time::Duration::from_micros(100));
+        // (parked, a wait blocked right after the signal, one blocked at
+        // the end, calm)
+        for (parked, blocked_at_once, blocked_late, calm) in [
+            (false, false, false, true),
+            (true, false, false, false),
+            (true, true, false, true),
+            (true, false, true, false),
+        ] {
             let cell = GvlCell::new(WaitList::new());
             for id in 1..=10 {
                 let w = waiter(id);
                 while_enlisted(&cell, list, &w, || {
                     w.parked_first.set(parked);
                     assert_eq!(pop(&cell, true), Some(id));
-                    std::thread::sleep(std::time::Duration::from_micros(50));
+                    if blocked_at_once {
+                        note_block();
+                    }
+                    pause();
+                    if blocked_late {
+                        note_block();
+                    }
                 });
             }
-            assert_eq!(cell.with(|l| l.calm()), !parked);
+            let got = cell.with(|l| l.calm());
+            assert_eq!(
+                got, calm,
+                "parked {parked}, blocked at once {blocked_at_once}, late {blocked_late}"
+            );
         }
     }
 
