@@ -121,7 +121,9 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
                 if !w.signaled() {
                     w.set_sleeping();
                     sys::note_gvl_release();
-                    sys::note_block();
+                    if sys::PARKING {
+                        sys::note_block();
+                    }
                     return sys::mutex_sleep(native, timeout);
                 }
                 step = Step::Done;

@@ -265,7 +265,9 @@ pub fn block_from(
     // We are about to give up the GVL in Ruby's sleep: let a signaled
     // spinner stop waiting for it.
     sys::note_gvl_release();
-    sys::note_block();
+    if sys::PARKING {
+        sys::note_block();
+    }
     let sleeper = sys::Sleeper::new(&ruby)?;
     loop {
         // A signal handler that runs here (and wakes us) runs before the

@@ -552,7 +552,9 @@ fn atoi(v: &[u8]) -> i64 {
 }
 
 /// Sleeps on the waiter's futex word until it is set (and its wake-up
-/// came) or `limit` passes from `start_ns` (`monotonic_ns`).
+/// came) or `limit` passes from `start_ns` (`monotonic_ns`; a park's
+/// limit so also covers giving up the GVL, where another thread may run
+/// first).
 fn sleep_on_word(w: &Waiter, limit: Duration, start_ns: u64) {
     // The waker sets the word before it wakes the futex, and the unblock
     // function too, so a wake-up or interrupt that lands between the look
@@ -561,6 +563,7 @@ fn sleep_on_word(w: &Waiter, limit: Duration, start_ns: u64) {
     while w.park_word.load(Ordering::SeqCst) == 0 {
         let spent = Duration::from_nanos(monotonic_ns().saturating_sub(start_ns));
         if spent >= limit {
+            ran_out = true;
             break;
         }
         ran_out = futex_wait(&w.park_word, 0, Some(limit - spent));

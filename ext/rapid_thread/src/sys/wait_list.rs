@@ -385,27 +385,28 @@ pub struct WaitList {
     /// `forget_all`. A crowd's parked waiters are woken one per
     /// suspension of their waker, the rest relayed (sys::park).
     crowded: bool,
-    /// The share of its woken parked waiters whose waker ran on for more
-    /// than [`PROMPT_HANDOFF_NS`] after their signal (or, not seen to
-    /// block, that went on later than [`PROMPT_GO_ON_NS`]), in 65536ths, a
-    /// moving average over about the last 32 (fine enough to decay to 0).
+    /// The share of its woken parked waiters whose hand-off was late (see
+    /// [`PROMPT_HANDOFF_NS`]), in 65536ths, a moving average over about
+    /// the last 32 (fine enough to decay to 0).
     late_share: u32,
 }
 
-/// A waker that blocked in one of our waits within this long of its
-/// wake-up blocked right after it, as in a ping-pong (under 1 µs for 99%
-/// of the pinned ping-pong rows' hand-offs; 1-31 µs, half of them over 8,
-/// where one producer feeds ten consumers). Measured to the waker's
-/// block (`sys::last_block_ns`), not to when the woken waiter went on,
-/// which adds the machine's switch between them: a pinned ping-pong's
-/// took 1-7 µs on one VM, 20-30 µs on another (docs/design-details.md,
-/// "Parking: wake-ups that do not preempt").
+/// A parked waiter's hand-off was prompt when its waker blocked within
+/// this long of the wake-up, as in a ping-pong (under 1 µs for 99% of the
+/// pinned ping-pong rows' hand-offs; 1-31 µs, half of them over 8, where
+/// one producer feeds ten consumers). Read off the last of our waits to
+/// set out to block before the woken waiter went on (`sys::last_block_ns`;
+/// on one CPU with two threads, the waker's; where other threads ran in
+/// between, their time counts as the waker's), not off the moment it went
+/// on, which adds the machine's switch from the one to the other: a pinned
+/// ping-pong's took 1-3 µs on one VM, 20-30 µs on another
+/// (docs/design-details.md, "Parking: wake-ups that do not preempt").
 const PROMPT_HANDOFF_NS: u64 = 10_000;
 
-/// Where no wait of ours blocked after the wake-up (its waker blocked in
-/// Ruby's own code: a stock Queue, IO), the bar for the time until the
-/// woken waiter went on, which holds that switch: [`PROMPT_HANDOFF_NS`]
-/// and room for the slower VM's.
+/// Where none of our waits blocked after the wake-up (its waker blocked
+/// in Ruby's own code, a stock Queue or IO, or parked after a spin), the
+/// bar for the time until the woken waiter went on, which holds that
+/// switch: [`PROMPT_HANDOFF_NS`] and room for the slower VM's.
 const PROMPT_GO_ON_NS: u64 = 50_000;
 
 /// When any wait list of the process last woke someone (`monotonic_ns`;
@@ -720,9 +721,7 @@ impl WaitList {
             self.in_flight = self.in_flight.saturating_sub(1);
             let head = w.head();
             if head.parked_first.get() {
-                // Its waker ran on until one of our waits blocked after the
-                // signal (on one CPU, the waker's); if none did, the time
-                // until now holds the switch to this thread too.
+                // See PROMPT_HANDOFF_NS.
                 let at = head.signaled_at.load(Ordering::Relaxed);
                 let blocked = last_block_ns();
                 self.note_handoff(if blocked >= at {
@@ -828,8 +827,9 @@ pub fn while_enlisted_on_each<S, R>(
 
 // The list's logic on plain Rust data: waiters whose `thread` is just an
 // id, lists in cells only these tests touch (one thread each, no Ruby).
-// One test simulates a fork, which every list notices: they take turns
-// (`serial`), whatever `--test-threads` says.
+// One test simulates a fork, which every list notices, and one stamps the
+// process's last block (`note_block`), which every parked hand-off reads:
+// they take turns (`serial`), whatever `--test-threads` says.
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -919,19 +919,24 @@ mod tests {
     /// signal (`leave` measures): not calm if no wait of ours blocked in
     /// between, or one did only at the end (the waker ran on); calm if one
     /// blocked right after the signal (the 100 µs were the machine's, on
-    /// its way to the woken thread). The same waits, not parked, say
-    /// nothing.
+    /// its way to the woken thread). With no block, a signal 30 µs back
+    /// is prompt and one 60 µs back late (`PROMPT_GO_ON_NS`). The same
+    /// waits, not parked, say nothing.
     #[test]
     fn parked_hand_offs_are_late_when_their_waker_ran_on() {
         let _serial = serial();
         let pause = || std::thread::sleep(std::time::Duration::from_micros(100));
-        // (parked, a wait blocked right after the signal, one blocked at
-        // the end, calm)
-        for (parked, blocked_at_once, blocked_late, calm) in [
-            (false, false, false, true),
-            (true, false, false, false),
-            (true, true, false, true),
-            (true, false, true, false),
+        // (parked, signaled this many µs back, a wait blocked right after
+        // the signal, one blocked after the pause, calm); the cases that
+        // block go last, so that no stamp is newer than a signal sent back
+        // in time.
+        for (parked, back_us, blocked_at_once, blocked_late, calm) in [
+            (false, 0, false, false, true),
+            (true, 30, false, false, true),
+            (true, 60, false, false, false),
+            (true, 0, false, false, false),
+            (true, 0, true, false, true),
+            (true, 0, false, true, false),
         ] {
             let cell = GvlCell::new(WaitList::new());
             for id in 1..=10 {
@@ -939,6 +944,11 @@ mod tests {
                 while_enlisted(&cell, list, &w, || {
                     w.parked_first.set(parked);
                     assert_eq!(pop(&cell, true), Some(id));
+                    if back_us > 0 {
+                        let at = monotonic_ns() - back_us * 1000;
+                        w.head().signaled_at.store(at, Ordering::Relaxed);
+                        return;
+                    }
                     if blocked_at_once {
                         note_block();
                     }
@@ -951,7 +961,7 @@ mod tests {
             let got = cell.with(|l| l.calm());
             assert_eq!(
                 got, calm,
-                "parked {parked}, blocked at once {blocked_at_once}, late {blocked_late}"
+                "parked {parked}, {back_us} µs back, blocked at once {blocked_at_once}, late {blocked_late}"
             );
         }
     }
