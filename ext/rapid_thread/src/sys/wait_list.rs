@@ -392,23 +392,23 @@ pub struct WaitList {
 }
 
 /// A parked waiter's hand-off was prompt when it went on within this long
-/// of its signal beyond twice the machine's switch ([`switch_ns`]), as in
+/// of its signal beyond twice the machine's switch ([`SWITCH_NS`]), as in
 /// a ping-pong, whose waker blocks right after the wake-up and leaves the
-/// CPU to it (docs/design-details.md, "Parking: wake-ups that do not
-/// preempt"). The switch, from a thread's block to the woken thread going
-/// on, took 1-3 µs on one VM and 20-30 µs on another, where a bar of
-/// 10 µs alone judged a ping-pong's hand-offs late. Measured to the
-/// waker's own block instead, they passed, but so did those of puma's
-/// workers, woken behind other runnable threads, and a pinned puma served
-/// 4.5% fewer requests.
+/// CPU to it. The switch differs between VMs far more than Ruby code does:
+/// a bar of 10 µs alone judged a ping-pong's hand-offs late on a VM whose
+/// hand-offs took 20-30 µs (docs/design-details.md, "Late beyond the
+/// machine's switch").
 const PROMPT_HANDOFF_NS: u64 = 10_000;
 
-/// [`switch_ns`] before any switch was seen: the slower VM's, with room.
+/// The switch before any was seen, and the most a first sample counts
+/// for: the slower VM's, with room (a higher one is reached by the 1/64
+/// rise).
 const UNSEEN_SWITCH_NS: u64 = 20_000;
 
 /// The machine's switch from a thread's block to a woken parked waiter
 /// going on: the lowest seen lately, rising by 1/64 a sample while none is
-/// lower (0: none seen). A sample is the time from the last of our waits
+/// lower (0: none seen; from 1 µs to 20 µs takes about 190 samples, each
+/// parked hand-off of the process one). A sample is the time from the last of our waits
 /// to set out to block (`sys::last_block_ns`), where that came after the
 /// waiter's signal, to the waiter going on: the switch itself where the
 /// thread that gave up the CPU was ours, more where it blocked in Ruby's
@@ -422,7 +422,7 @@ fn switch_ns(sample: Option<u64>) -> u64 {
     match sample {
         Some(s) => {
             let next = if seen == 0 {
-                s
+                s.min(UNSEEN_SWITCH_NS)
             } else {
                 s.min(seen + seen / 64 + 1)
             }
@@ -940,32 +940,38 @@ mod tests {
         while_enlisted(&cell, list, &w, || assert!(!w.list_calm()));
     }
 
-    /// Ten woken parked waiters, each going on `back_us` after its signal
-    /// (or after a 100 µs pause: `leave` measures), with the machine's
-    /// switch at `switch_us` (0: none seen yet). Late past 10 µs and twice
-    /// the switch: a switch seen as 100 µs (a wait of ours blocked right
-    /// after the signal, so the pause was the way to the woken thread)
-    /// leaves them prompt; one seen as about 0 (the block came after the
-    /// pause) or as 1 µs does not; none seen stands for 20 µs. The same
-    /// waits, not parked, say nothing.
+    /// Twelve woken parked waiters, each going on `back_us` after its
+    /// signal (or after a 100 µs pause: `leave` measures), with the
+    /// machine's switch at `switch_us` (0: none seen yet, which stands for
+    /// 20 µs). Late past 10 µs and twice the switch: 30 µs back is prompt
+    /// with none seen and late with 1 µs seen. A switch seen as 100 µs
+    /// stays so where a wait of ours blocked right after each signal (the
+    /// pause was the way to the woken thread: prompt), and falls to about
+    /// 0 where it blocked only after the pause (the waker ran on: late).
+    /// The same waits, not parked, say nothing.
     #[test]
     fn parked_hand_offs_are_late_beyond_the_machines_switch() {
         let _serial = serial();
         let pause = || std::thread::sleep(std::time::Duration::from_micros(100));
         // (parked, signaled this many µs back (0: pause), switch µs, a
-        // wait blocked right after the signal, one after the pause, calm)
+        // wait blocked right after the signal, one after the pause, calm);
+        // those that stamp go last: a stamp newer than a signal sent back
+        // in time would make a sample.
         for (parked, back_us, switch_us, blocked_at_once, blocked_late, calm) in [
             (false, 0, 1, false, false, true),
             (true, 0, 0, false, false, false),
             (true, 30, 0, false, false, true),
             (true, 30, 1, false, false, false),
             (true, 0, 1, false, false, false),
-            (true, 0, 0, true, false, true),
-            (true, 0, 0, false, true, false),
+            (true, 0, 100, true, false, true),
+            (true, 0, 100, false, true, false),
         ] {
             SWITCH_NS.store(switch_us * 1000, Ordering::Relaxed);
             let cell = GvlCell::new(WaitList::new());
-            for id in 1..=10 {
+            // Twelve: a list turns late after ten late ones in a row, and
+            // a first sample stretched by a preemption (the last case) may
+            // leave its hand-off prompt.
+            for id in 1..=12 {
                 let w = waiter(id);
                 while_enlisted(&cell, list, &w, || {
                     w.parked_first.set(parked);
@@ -991,6 +997,28 @@ mod tests {
                  blocked at once {blocked_at_once}, late {blocked_late}"
             );
         }
+        SWITCH_NS.store(0, Ordering::Relaxed);
+    }
+
+    /// The switch estimate: 20 µs until a sample, a first sample counted
+    /// for no more, then the lowest, rising by 1/64 (and 1 ns) a sample
+    /// while none is lower, never 0.
+    #[test]
+    fn the_switch_is_the_lowest_seen_lately() {
+        let _serial = serial();
+        SWITCH_NS.store(0, Ordering::Relaxed);
+        assert_eq!(switch_ns(None), 20_000);
+        assert_eq!(switch_ns(Some(5_000_000)), 20_000);
+        assert_eq!(switch_ns(Some(6_400)), 6_400);
+        assert_eq!(switch_ns(Some(50_000)), 6_501);
+        assert_eq!(switch_ns(None), 6_501);
+        assert_eq!(switch_ns(Some(0)), 1);
+        SWITCH_NS.store(1_000, Ordering::Relaxed);
+        let mut samples = 1;
+        while switch_ns(Some(u64::MAX / 4)) < 20_000 {
+            samples += 1;
+        }
+        assert!((185..200).contains(&samples), "{samples}");
         SWITCH_NS.store(0, Ordering::Relaxed);
     }
 
