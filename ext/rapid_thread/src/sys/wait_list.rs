@@ -408,11 +408,11 @@ const UNSEEN_SWITCH_NS: u64 = 20_000;
 /// The machine's switch from a thread's block to a woken parked waiter
 /// going on: the lowest seen lately, rising by 1/64 a sample while none is
 /// lower (0: none seen; from 1 µs to 20 µs takes about 190 samples, each
-/// parked hand-off of the process one). A sample is the time from the last of our waits
-/// to set out to block (`sys::last_block_ns`), where that came after the
-/// waiter's signal, to the waiter going on: the switch itself where the
-/// thread that gave up the CPU was ours, more where it blocked in Ruby's
-/// own code after it. Main Ractor only, under its GVL.
+/// parked hand-off of the process one). A sample is the time from the
+/// last of our waits to set out to block (`sys::last_block_ns`), where
+/// that came after the waiter's signal, to the waiter going on: the switch
+/// itself where the thread that gave up the CPU was ours, more where it
+/// blocked in Ruby's own code after it. Main Ractor only, under its GVL.
 static SWITCH_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Counts a switch `sample`, if there is one, and returns the estimate
