@@ -120,10 +120,7 @@ fn wait(ruby: &Ruby, rb_self: Value, args: &[Value]) -> Result<Value, Error> {
                 sys::check_ints_before_sleep(w)?;
                 if !w.signaled() {
                     w.set_sleeping();
-                    sys::note_gvl_release();
-                    if sys::PARKING {
-                        sys::note_block();
-                    }
+                    sys::note_ruby_sleep();
                     return sys::mutex_sleep(native, timeout);
                 }
                 step = Step::Done;

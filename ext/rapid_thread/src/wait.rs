@@ -262,12 +262,7 @@ pub fn block_from(
         }
     }
     w.set_sleeping();
-    // We are about to give up the GVL in Ruby's sleep: let a signaled
-    // spinner stop waiting for it.
-    sys::note_gvl_release();
-    if sys::PARKING {
-        sys::note_block();
-    }
+    sys::note_ruby_sleep();
     let sleeper = sys::Sleeper::new(&ruby)?;
     loop {
         // A signal handler that runs here (and wakes us) runs before the

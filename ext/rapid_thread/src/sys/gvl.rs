@@ -26,10 +26,10 @@ pub fn note_gvl_release() {
 
 /// When one of our waits last set out to block (a park, or Ruby's sleep;
 /// `monotonic_ns`, 0: never), stamped before it gives up the GVL, so
-/// before any thread it woke can go on: the start of the machine's switch
-/// to a woken parked waiter (`sys::wait_list`, `SWITCH_NS`). Stamped under the main
-/// Ractor's GVL (the waits of wait lists), so in time order; a spin, and
-/// the park that may end it, stamp nothing.
+/// before any thread it woke can go on: the start of the machine's
+/// switch to a woken parked waiter (`sys::wait_list`, `SWITCH_NS`).
+/// Stamped under the main Ractor's GVL (the waits of wait lists), so in
+/// time order; a spin, and the park that may end it, stamp nothing.
 static LAST_BLOCK_NS: AtomicU64 = AtomicU64::new(0);
 
 /// One of our waits is about to block: stamps `LAST_BLOCK_NS` and returns
@@ -41,6 +41,18 @@ pub fn note_block() -> u64 {
     now
 }
 
+/// One of our waits is about to give up the GVL in Ruby's sleep: lets a
+/// signaled spinner stop waiting for the GVL to move, and, where waits
+/// park, stamps the block. GVL held.
+#[inline]
+pub fn note_ruby_sleep() {
+    note_gvl_release();
+    if PARKING {
+        note_block();
+    }
+}
+
+/// The last `note_block` stamp (0: none yet).
 pub fn last_block_ns() -> u64 {
     LAST_BLOCK_NS.load(Ordering::Relaxed)
 }
