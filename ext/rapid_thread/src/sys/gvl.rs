@@ -24,12 +24,13 @@ pub fn note_gvl_release() {
     GVL_RELEASES.fetch_add(1, Ordering::AcqRel);
 }
 
-/// When one of our waits last set out to block (a park, or Ruby's sleep;
-/// `monotonic_ns`, 0: never), stamped before it gives up the GVL, so
-/// before any thread it woke can go on: the start of the machine's
-/// switch to a woken parked waiter (`sys::wait_list`, `SWITCH_NS`).
-/// Stamped under the main Ractor's GVL (the waits of wait lists), so in
-/// time order; a spin, and the park that may end it, stamp nothing.
+/// When one of our waits last set out to block (a park, or Ruby's sleep
+/// where waits park; `monotonic_ns`, 0: never), stamped before it gives
+/// up the GVL, so before any thread it woke can go on: the start of the
+/// machine's switch to a woken parked waiter (`sys::wait_list`,
+/// `SWITCH_NS`). Stamped under the main Ractor's GVL (the waits of wait
+/// lists), so in time order; a spin, and the park that may end it, stamp
+/// nothing.
 static LAST_BLOCK_NS: AtomicU64 = AtomicU64::new(0);
 
 /// One of our waits is about to block: stamps `LAST_BLOCK_NS` and returns
