@@ -78,21 +78,51 @@ class CpuQuota
   end
 
   # Removes every directory of the group that was made, once its
-  # processes have ended (killed after `grace` seconds).
+  # processes have ended (killed after `grace` seconds). A directory the
+  # kernel still calls busy is tried again for up to BUSY_LIMIT seconds.
+  # One that fails does not keep the others; the error raised after them
+  # names each directory left behind.
   def remove(grace)
     deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + grace
-    @dirs.select { |d| File.directory?(d) }.reverse_each do |d|
-      until (pids = File.read(File.join(d, "cgroup.procs")).split.map(&:to_i)).empty?
-        if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-          pids.each do |p|
-            Process.kill("KILL", p)
-          rescue Errno::ESRCH
-            nil
-          end
+    errors = @dirs.select { |d| File.directory?(d) }.reverse.filter_map do |d|
+      empty(d, deadline)
+      rmdir(d)
+      nil
+    rescue SystemCallError => e
+      [d, e]
+    end
+    return if errors.empty?
+
+    raise errors.first[1].class, "cgroup left behind (rmdir it by hand): " \
+                                 "#{errors.map { |d, e| "#{d}: #{e.message}" }.join('; ')}"
+  end
+
+  BUSY_LIMIT = 1
+
+  private
+
+  def empty(dir, deadline)
+    until (pids = File.read(File.join(dir, "cgroup.procs")).split.map(&:to_i)).empty?
+      if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        pids.each do |p|
+          Process.kill("KILL", p)
+        rescue Errno::ESRCH
+          nil
         end
-        sleep 0.05
       end
-      Dir.rmdir(d)
+      sleep 0.05
+    end
+  end
+
+  def rmdir(dir)
+    busy_until = Process.clock_gettime(Process::CLOCK_MONOTONIC) + BUSY_LIMIT
+    begin
+      Dir.rmdir(dir)
+    rescue Errno::EBUSY
+      raise if Process.clock_gettime(Process::CLOCK_MONOTONIC) > busy_until
+
+      sleep 0.05
+      retry
     end
   end
 end
