@@ -34,7 +34,8 @@
 # quota1_single16, quota1_cluster, quota05_...): a cgroup v1 group made
 # for each run and removed after it (benchmark/cgroup.rb; root only, else
 # they are skipped with the reason). wrk runs outside the quota. They add
-# the time the group was throttled, per second of the measured window.
+# the time the group was throttled, per second of the measured window. A
+# run whose group cannot be made or removed is listed as failed.
 #
 # Ruby 3.1: Debian's puma and nio4r. Other Rubies: puma's Ruby code from
 # Debian's package, its C extension built for that Ruby by
@@ -206,7 +207,13 @@ end
 def run_one(side, conf, opts)
   return run_puma(side, conf, opts) unless conf[:quota_us]
 
-  CpuQuota.with(conf[:quota_us], grace: SHUTDOWN_LIMIT) { |quota| run_puma(side, conf, opts, quota) }
+  begin
+    CpuQuota.with(conf[:quota_us], grace: SHUTDOWN_LIMIT) { |quota| run_puma(side, conf, opts, quota) }
+  rescue SystemCallError => e
+    # A group that could not be made, read or removed fails this run (as
+    # in run.rb), not the whole table.
+    { failed: "cgroup: #{e.class}: #{e.message}" }
+  end
 end
 
 def run_puma(side, conf, opts, quota = nil)
@@ -319,6 +326,10 @@ def print_table(data)
   end
   puts "rps ratio: #{compared.join('/')} over stock (> 1: more requests/s); p99 ratio: #{compared.join('/')} " \
        "over stock (< 1: a shorter tail); A/A: stock-b over stock, the noise floor."
+  failed = data["configs"].flat_map do |name, c|
+    c["runs"].flat_map { |side, runs| runs.filter_map { |r| "#{name} #{side}: #{r['failed']}" if r["failed"] } }
+  end
+  puts "\nFailed runs (left out of the medians):", failed.map { |f| "- #{f}" } unless failed.empty?
 end
 
 if opts[:from]
@@ -346,6 +357,8 @@ opts[:rounds].times do |round|
     opts[:sides].rotate(round).each do |side|
       r = run_one(side, CONFIGS[n], opts)
       (data["configs"][n]["runs"][side] ||= []) << r.transform_keys(&:to_s)
+      next warn format("round %d %-16s %-8s failed: %s", round + 1, n, side, r[:failed]) if r[:failed]
+
       warn format("round %d %-16s %-8s %8.0f rps  p50 %6.2f  p90 %6.2f  p99 %7.2f ms  %4.0f µs/req%s%s",
                   round + 1, n, side, r[:rps], r[:p50], r[:p90], r[:p99], r[:cpu_us_per_req] || 0,
                   r[:throttled_ms_per_s] ? format("  throttled %5.1f ms/s", r[:throttled_ms_per_s]) : "",
