@@ -207,13 +207,7 @@ end
 def run_one(side, conf, opts)
   return run_puma(side, conf, opts) unless conf[:quota_us]
 
-  begin
-    CpuQuota.with(conf[:quota_us], grace: SHUTDOWN_LIMIT) { |quota| run_puma(side, conf, opts, quota) }
-  rescue SystemCallError => e
-    # A group that could not be made, read or removed fails this run (as
-    # in run.rb), not the whole table.
-    { failed: "cgroup: #{e.class}: #{e.message}" }
-  end
+  CpuQuota.run(conf[:quota_us], grace: SHUTDOWN_LIMIT) { |quota| run_puma(side, conf, opts, quota) }
 end
 
 def run_puma(side, conf, opts, quota = nil)

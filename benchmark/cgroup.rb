@@ -42,6 +42,15 @@ class CpuQuota
     end
   end
 
+  # `with` for one benchmark run: a group that could not be made, read or
+  # removed (EBUSY, ENOSPC) returns a failed run, `{ failed: "cgroup: ..." }`,
+  # as a crashed run does, not an error that ends the whole table.
+  def self.run(quota_us, grace: 10, &block)
+    with(quota_us, grace: grace, &block)
+  rescue SystemCallError => e
+    { failed: "cgroup: #{e.class}: #{e.message}" }
+  end
+
   attr_reader :dirs, :name
 
   # The group's directories: in the cpu hierarchy, and in cpuacct's where

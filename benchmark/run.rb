@@ -175,16 +175,10 @@ def run_one(script, impl, mode, scale, env_extra = {}, timeout: 600)
     quota_us = QUOTA_MODES[mode]
     return run_argv(env, cmd, out) unless quota_us
 
-    begin
-      CpuQuota.with(quota_us) do |q|
-        t0 = q.throttled[:throttled_ms]
-        r = run_argv(env, q.command(*cmd), out)
-        r[:failed] ? r : r.merge(throttled_ms: q.throttled[:throttled_ms] - t0)
-      end
-    rescue SystemCallError => e
-      # A group that could not be made, read or removed (EBUSY, ENOSPC)
-      # fails this run, as a crashed run does, not the whole table.
-      { failed: "cgroup: #{e.class}: #{e.message}" }
+    CpuQuota.run(quota_us) do |q|
+      t0 = q.throttled[:throttled_ms]
+      r = run_argv(env, q.command(*cmd), out)
+      r[:failed] ? r : r.merge(throttled_ms: q.throttled[:throttled_ms] - t0)
     end
   end
 end
