@@ -156,7 +156,8 @@ class SpinPolicyTest < Minitest::Test
   # A spin that sees no wake-up parks before it takes the GVL back (spin.rs,
   # "A spin that ends without"). With 1 µs spins nearly every spin does:
   # late wake-ups, a Thread#raise and the deadlock detector still reach
-  # the parked waiters.
+  # the parked waiters. (A moment's load at the child's start kept its
+  # waits from spinning at all: it retries, bounded.)
   def test_spins_that_see_no_wake_up_park_and_are_still_woken
     skip "needs more than one CPU" if Etc.nprocessors < 2
     skip "the portable build has no futexes: its spins do not park" if PORTABLE_BUILD
