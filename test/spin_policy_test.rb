@@ -172,13 +172,16 @@ class SpinPolicyTest < Minitest::Test
 
   # A list that never woke anyone counts as active as the process (spin.rs,
   # ACTIVE_WINDOW): concurrent-ruby waits on a fresh ConditionVariable for
-  # each future. Here every round makes one wait on a long-lived Queue and
-  # one on a new condition variable; on one CPU each active wait parks, so
-  # the fresh ones park too (about 4,000 parks), where they once went
-  # straight to Ruby's sleep (about 2,000).
+  # each future. Here every round's job goes over a stock Queue and its
+  # result is signaled on a new condition variable; on one CPU an active
+  # wait parks, so the fresh ones park (2,000 less the calm window's 256
+  # on Ruby 3.3+), where they once went straight to Ruby's sleep (none).
+  # (A long-lived queue of ours, whose waits parked too, could be found
+  # late under M:N threads, beside another process on the CPU, and park
+  # no more: 1,886 in all, once in CI.)
   def test_a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process
     skip "the portable build does not park" unless PARKS
     parks = Integer(child_output("spin_policy/a_wait_on_a_fresh_condition_variable_counts_as_active_as_the_process", cpu: 0))
-    assert_operator parks, :>, 3000
+    assert_operator parks, :>, 1400
   end
 end

@@ -1,4 +1,8 @@
-jobs = RapidThread::Queue.new
+# spin_policy_test.rb, pinned to one CPU: concurrent-ruby's shape, a job
+# per round over a long-lived queue (stock's, whose waits the gem neither
+# parks nor counts: the test says why) and its result signaled on a fresh
+# condition variable. Prints the parks, the fresh waits'.
+jobs = Thread::Queue.new
 m = Mutex.new
 echo = Thread.new do
   while (job = jobs.pop)
